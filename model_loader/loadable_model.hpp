@@ -1,0 +1,36 @@
+// LoadableModel: what a receive engine loads weights into, the surface of a vLLM model that
+// engines call. Engines never map names themselves: they hand checkpoint-format (Hugging Face)
+// names and full tensors to load_weights, and the model maps them onto its runtime parameters
+// (fused qkv_proj / gate_up_proj, tied embeddings) and runs its per-layer processing.
+// The Llama-family model of model_loader/ implements it; engine tests implement it too.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hotswap::model_loader {
+
+using NamedTensor = std::pair<std::string, at::Tensor>;
+
+class LoadableModel {
+ public:
+  virtual ~LoadableModel();
+
+  // Loads checkpoint-format tensors. Rejects an unknown name or a shape mismatch, naming the
+  // parameter, before any byte is written.
+  virtual void load_weights(const std::vector<NamedTensor>& weights) = 0;
+
+  // Layerwise reload around a session (vLLM's initialize/finalize_layerwise_reload), with an
+  // explicit abort that leaves the previous weights in place.
+  virtual void start_reload() = 0;
+  virtual void finish_reload() = 0;
+  virtual void abort_reload() = 0;
+
+  virtual c10::Device device() const = 0;
+};
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,68 @@
+// The error hierarchy both sides share. It mirrors vLLM's Python exceptions so that a message
+// read in a hotswap log means what it would in vLLM's: ValueError for bad input, RuntimeError
+// for a call in the wrong state or order, TimeoutError for a wait that ran out, TransferError
+// for a data plane that failed. JSON-RPC framing errors have their own kinds. Each kind maps to
+// exactly one JSON-RPC error code, in errors.cpp and nowhere else.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace hotswap::protocol {
+
+enum class ErrorKind {
+  kParseError,      // the request is not valid JSON
+  kInvalidRequest,  // valid JSON but not a JSON-RPC 2.0 request
+  kMethodNotFound,  // no such method
+  kValueError,      // bad parameters (vLLM's ValueError)
+  kRuntimeError,    // wrong state or order (vLLM's RuntimeError)
+  kTimeoutError,    // a blocking wait ran past its timeout
+  kTransferError,   // the data plane failed mid-way
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const noexcept { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+#define HOTSWAP_DEFINE_ERROR(Name, Kind)                                \
+  class Name : public Error {                                           \
+   public:                                                              \
+    explicit Name(const std::string& message) : Error(Kind, message) {} \
+  };
+HOTSWAP_DEFINE_ERROR(ParseError, ErrorKind::kParseError)
+HOTSWAP_DEFINE_ERROR(InvalidRequest, ErrorKind::kInvalidRequest)
+HOTSWAP_DEFINE_ERROR(MethodNotFound, ErrorKind::kMethodNotFound)
+HOTSWAP_DEFINE_ERROR(ValueError, ErrorKind::kValueError)
+HOTSWAP_DEFINE_ERROR(RuntimeError, ErrorKind::kRuntimeError)
+HOTSWAP_DEFINE_ERROR(TimeoutError, ErrorKind::kTimeoutError)
+HOTSWAP_DEFINE_ERROR(TransferError, ErrorKind::kTransferError)
+#undef HOTSWAP_DEFINE_ERROR
+
+// JSON-RPC 2.0 error codes, as pinned in the architecture page.
+inline constexpr int kParseErrorCode = -32700;
+inline constexpr int kInvalidRequestCode = -32600;
+inline constexpr int kMethodNotFoundCode = -32601;
+inline constexpr int kInvalidParamsCode = -32602;
+inline constexpr int kWrongStateCode = -32000;
+inline constexpr int kTransferFailedCode = -32001;
+
+// The JSON-RPC code for an error kind.
+int error_code(ErrorKind kind) noexcept;
+
+// The name carried in `error.data.type`: "ValueError", "RuntimeError", ...
+std::string_view error_type_name(ErrorKind kind) noexcept;
+
+// The inverse, for clients: the kind a reply's (code, data.type) stands for. An unknown
+// type falls back on the code; an unknown code is a RuntimeError.
+ErrorKind error_kind_from_reply(int code, std::string_view type) noexcept;
+
+// Throws the typed exception for `kind` with `message`: how a client re-raises a worker's error.
+[[noreturn]] void throw_error(ErrorKind kind, const std::string& message);
+
+}  // namespace hotswap::protocol

@@ -1,0 +1,101 @@
+#include "protocol/jsonrpc.hpp"
+
+#include "protocol/json_fields.hpp"
+
+namespace hotswap::protocol {
+
+using nlohmann::json;
+
+RpcRequest parse_request(std::string_view frame) {
+  json doc = json::parse(frame, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    throw RpcRequestError(ErrorKind::kParseError, "Parse error: the request is not valid JSON",
+                          nullptr);
+  }
+  if (!doc.is_object()) {
+    throw RpcRequestError(ErrorKind::kInvalidRequest,
+                          "Invalid Request: expected a JSON object, got " + describe_json(doc),
+                          nullptr);
+  }
+  RpcRequest request;
+  if (auto it = doc.find("id"); it != doc.end()) {
+    if (!it->is_string() && !it->is_number() && !it->is_null()) {
+      throw RpcRequestError(
+          ErrorKind::kInvalidRequest,
+          "Invalid Request: `id` must be a string, a number or null, got " + describe_json(*it),
+          nullptr);
+    }
+    request.id = *it;
+  }
+  auto invalid = [&](const std::string& why) {
+    return RpcRequestError(ErrorKind::kInvalidRequest, "Invalid Request: " + why, request.id);
+  };
+  auto version = doc.find("jsonrpc");
+  if (version == doc.end() || *version != "2.0") {
+    throw invalid("`jsonrpc` must be \"2.0\"");
+  }
+  auto method = doc.find("method");
+  if (method == doc.end() || !method->is_string()) {
+    throw invalid("`method` must be a string");
+  }
+  request.method = method->get<std::string>();
+  if (auto params = doc.find("params"); params != doc.end() && !params->is_null()) {
+    if (!params->is_object()) {
+      throw invalid("`params` must be an object (vLLM's request body), got " +
+                    describe_json(*params));
+    }
+    request.params = *params;
+  }
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "jsonrpc" && key != "id" && key != "method" && key != "params") {
+      throw invalid("unexpected member `" + key + "`");
+    }
+  }
+  return request;
+}
+
+json make_request(const json& id, std::string_view method, json params) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}};
+}
+
+json make_result(const json& id, json result) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
+}
+
+json make_error(const json& id, ErrorKind kind, std::string_view message) {
+  return {{"jsonrpc", "2.0"},
+          {"id", id},
+          {"error",
+           {{"code", error_code(kind)},
+            {"message", message},
+            {"data", {{"type", error_type_name(kind)}}}}}};
+}
+
+json make_error(const json& id, const std::exception& error) {
+  if (const auto* typed = dynamic_cast<const Error*>(&error)) {
+    return make_error(id, typed->kind(), typed->what());
+  }
+  return make_error(id, ErrorKind::kRuntimeError, error.what());
+}
+
+json parse_response(std::string_view frame) {
+  json doc = json::parse(frame, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || doc.value("jsonrpc", "") != "2.0") {
+    throw TransferError("malformed JSON-RPC reply: " + std::string(frame.substr(0, 200)));
+  }
+  if (auto result = doc.find("result"); result != doc.end()) return *result;
+  auto error = doc.find("error");
+  if (error == doc.end() || !error->is_object()) {
+    throw TransferError("JSON-RPC reply has neither `result` nor `error`: " +
+                        std::string(frame.substr(0, 200)));
+  }
+  int code = error->value("code", kWrongStateCode);
+  std::string message = error->value("message", "");
+  std::string type;
+  if (auto data = error->find("data"); data != error->end() && data->is_object()) {
+    type = data->value("type", "");
+  }
+  throw_error(error_kind_from_reply(code, type), message);
+}
+
+}  // namespace hotswap::protocol

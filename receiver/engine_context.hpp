@@ -1,0 +1,38 @@
+// What a receive engine is built with: vLLM's (config, vllm_config, device, model), reduced to
+// what hotswap's engines use.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <memory>
+
+#include "model_loader/loadable_model.hpp"
+#include "protocol/weight_transfer_config.hpp"
+
+namespace hotswap::receiver {
+
+// The worker's place among the inference ranks. hotswap runs one process per device with
+// tensor and pipeline parallelism of 1, so a replica is one rank; the fields keep vLLM's rank
+// math visible: rank = rank_offset + data_parallel_rank × world_size() + rank.
+struct ParallelConfig {
+  int data_parallel_rank = 0;
+  int data_parallel_size = 1;
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int rank = 0;  // within the data-parallel replica
+
+  // Ranks per replica (TP × PP), vLLM's `world_size`.
+  int world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
+  // This rank's index among every inference rank: which element of a per-rank update_info list
+  // it takes, and (plus rank_offset) its rank in a transfer group.
+  int global_rank() const { return data_parallel_rank * world_size() + rank; }
+};
+
+struct EngineContext {
+  protocol::WeightTransferConfig config;
+  ParallelConfig parallel;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::shared_ptr<model_loader::LoadableModel> model;
+};
+
+}  // namespace hotswap::receiver

@@ -1,0 +1,45 @@
+#include "receiver/weight_transfer_engine_factory.hpp"
+
+#include "protocol/plugin_registry.hpp"
+
+namespace hotswap::receiver {
+namespace {
+
+using Registry = protocol::PluginRegistry<WeightTransferEngineFactory::CreatorSignature>;
+
+Registry& registry() {
+  static Registry instance("engines");
+  return instance;
+}
+
+}  // namespace
+
+void WeightTransferEngineFactory::register_engine(const std::string& name, Creator creator) {
+  registry().register_engine(name, std::move(creator));
+}
+
+void WeightTransferEngineFactory::register_engine(const std::string& name, std::string library_path,
+                                                  std::string symbol) {
+  registry().register_engine(name, std::move(library_path), std::move(symbol));
+}
+
+std::unique_ptr<WeightTransferEngine> WeightTransferEngineFactory::create_engine(
+    const EngineContext& context) {
+  auto creator = registry().resolve(context.config.backend);
+  auto engine = creator(context);
+  if (!engine) {
+    throw protocol::RuntimeError("the creator of weight transfer engine '" +
+                                 context.config.backend + "' returned no engine");
+  }
+  return engine;
+}
+
+bool WeightTransferEngineFactory::is_registered(const std::string& name) {
+  return registry().contains(name);
+}
+
+std::vector<std::string> WeightTransferEngineFactory::registered_backends() {
+  return registry().names();
+}
+
+}  // namespace hotswap::receiver

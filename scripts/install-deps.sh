@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages hotswap builds and tests with. Idempotent: when every package is
+# already installed it changes nothing and touches no network.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config ccache clang-format
+  libtorch-dev libgloo-dev libopenblas0-pthread
+  libzmq3-dev cppzmq-dev
+  nlohmann-json3-dev
+  libboost-test-dev libbenchmark-dev
+  libssl-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

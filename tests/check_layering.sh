@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Checks the dependency arrows of the architecture page on the sources themselves: a header
+# included across a forbidden arrow fails here even where the include path would allow it.
+set -u
+root=${1:-.}
+status=0
+forbid() {  # forbid FOLDER PATTERN WHY
+  local hits
+  hits=$(grep -rnE "#include [<\"]($2)" "$root/$1" --include='*.hpp' --include='*.cpp' --include='*.h' 2>/dev/null)
+  if [ -n "$hits" ]; then
+    echo "layering: $1/ must not include $2 ($3):"
+    echo "$hits"
+    status=1
+  fi
+}
+forbid protocol 'torch/|ATen/|c10/|caffe2/' "protocol/ stays free of libtorch so orchestrators link it cheaply"
+forbid protocol 'transport/|model_loader/|receiver/|worker/|trainer_sdk/' "protocol/ depends on nothing of hotswap"
+forbid transport 'model_loader/|receiver/|worker/|trainer_sdk/' "transport/ depends on protocol only"
+forbid model_loader 'transport/|receiver/|worker/|trainer_sdk/' "model_loader/ depends on protocol only"
+forbid receiver 'worker/|trainer_sdk/' "the worker side never depends on trainer_sdk"
+forbid worker 'trainer_sdk/' "the worker never depends on trainer_sdk"
+forbid trainer_sdk 'receiver/|worker/|model_loader/' "trainer_sdk meets the worker only in protocol/ and on the wire"
+[ $status -eq 0 ] && echo "layering: every dependency arrow holds"
+exit $status

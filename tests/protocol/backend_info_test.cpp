@@ -1,0 +1,210 @@
+// Payload validation of the backends other than nccl: sparse_nccl, ipc, shm, disk, and the
+// worker's --weight-transfer-config.
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "protocol/base64.hpp"
+#include "protocol/disk_info.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/ipc_info.hpp"
+#include "protocol/shm_info.hpp"
+#include "protocol/sparse_nccl_info.hpp"
+#include "protocol/weight_transfer_config.hpp"
+#include "test_support.hpp"
+
+using namespace hotswap::protocol;
+using nlohmann::json;
+
+namespace {
+
+json sparse(json num_updates) {
+  return {{"names", {"w", "b"}},
+          {"dtype_names", {"float32", "bfloat16"}},
+          {"shapes", {{30}, {2, 2}}},
+          {"num_updates_list", num_updates}};
+}
+
+json handle(std::uint64_t size, std::size_t raw_bytes = 64) {
+  return {{"handle", base64_encode(std::vector<std::uint8_t>(raw_bytes, 1))},
+          {"offset_bytes", 0},
+          {"size_bytes", size}};
+}
+
+json ipc_base() {
+  return {{"names", {"a", "b"}}, {"dtype_names", {"float32", "float16"}}, {"shapes", {{4}, {3}}}};
+}
+
+// A temporary directory removed on every exit path.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "hotswap-test-XXXXXX").string();
+    path = mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(backend_info)
+
+BOOST_AUTO_TEST_CASE(sparse_update_info_parses) {
+  auto info = SparseNcclUpdateInfo::from_json(sparse({3, 0}));
+  BOOST_TEST(info.num_updates_list == (std::vector<std::int64_t>{3, 0}));
+  BOOST_TEST(info.params[1].dtype == DType::kBFloat16);
+  BOOST_TEST(SparseNcclUpdateInfo::from_json(info.to_json()).num_updates_list ==
+             info.num_updates_list);
+}
+
+BOOST_AUTO_TEST_CASE(sparse_update_info_uses_vllms_messages) {
+  HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(sparse(json::array())), ValueError,
+                          "`num_updates_list` cannot be empty for sparse updates");
+  HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(sparse({1})), ValueError,
+                          "`num_updates_list` should be of the same size as `names`: got 1 and 2");
+  HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(sparse({1, -1})), ValueError,
+                          "Sparse `num_updates_list` entries must be non-negative");
+  HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(sparse({31, 0})), ValueError,
+                          "'w' has 31 updates but shape [30] holds only 30 elements");
+  json no_list = sparse({1, 1});
+  no_list.erase("num_updates_list");
+  HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(no_list), ValueError,
+                          "missing 1 required positional argument: 'num_updates_list'");
+  json mismatch = sparse({1, 1});
+  mismatch["dtype_names"] = {"float32"};
+  HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(mismatch), ValueError,
+                          "`dtype_names` should be of the same size as `names`: got 1 and 2");
+}
+
+BOOST_AUTO_TEST_CASE(ipc_unpacked_handles_parse_and_round_trip) {
+  json payload = ipc_base();
+  payload["ipc_handles"] = {{{"GPU-1", handle(16)}}, {{"GPU-1", handle(6)}, {"GPU-2", handle(6)}}};
+  auto info = IpcUpdateInfo::from_json(payload);
+  BOOST_TEST(!info.is_packed());
+  BOOST_REQUIRE_EQUAL(info.handles.size(), 2u);
+  BOOST_TEST(info.handles[1].size() == 2u);
+  BOOST_TEST(info.handles[0].at("GPU-1").handle.size() == 64u);
+  BOOST_TEST(IpcUpdateInfo::from_json(info.to_json()).handles == info.handles);
+  // `ipc_handles_pickled: null` alongside `ipc_handles` is accepted, as in vLLM.
+  payload["ipc_handles_pickled"] = nullptr;
+  BOOST_CHECK_NO_THROW(IpcUpdateInfo::from_json(payload));
+}
+
+BOOST_AUTO_TEST_CASE(ipc_packed_chunk_needs_tensor_sizes_that_match) {
+  json payload = ipc_base();
+  payload["ipc_handles"] = {{"GPU-1", handle(1024)}};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(payload), ValueError,
+                          "`tensor_sizes` is required when packed=True");
+  payload["tensor_sizes"] = {16, 6};
+  auto info = IpcUpdateInfo::from_json(payload);
+  BOOST_TEST(info.is_packed());
+  BOOST_TEST(info.tensor_sizes == (std::vector<std::uint64_t>{16, 6}));
+  payload["tensor_sizes"] = {16, 5};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(payload), ValueError,
+                          "`tensor_sizes[1]` is 5 bytes but 'b' (float16 [3]) has 6");
+  payload["tensor_sizes"] = {16, 6};
+  payload["ipc_handles"] = {{"GPU-1", handle(20)}};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(payload), ValueError,
+                          "add up to 22 bytes but the buffer exported for GPU-1 holds 20");
+}
+
+BOOST_AUTO_TEST_CASE(ipc_validation_uses_vllms_messages) {
+  json both = ipc_base();
+  both["ipc_handles"] = json::array();
+  both["ipc_handles_pickled"] = "gASV";
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(both), ValueError,
+                          "Cannot specify both `ipc_handles` and `ipc_handles_pickled`");
+  json pickled = ipc_base();
+  pickled["ipc_handles_pickled"] = "gASV";
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(pickled), ValueError,
+                          "hotswap never deserializes `ipc_handles_pickled`");
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(ipc_base()), ValueError,
+                          "Either `ipc_handles` or `ipc_handles_pickled` must be provided");
+  json short_list = ipc_base();
+  short_list["ipc_handles"] = {{{"GPU-1", handle(16)}}};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(short_list), ValueError,
+                          "`ipc_handles` should be of the same size as `names`: got 1 and 2");
+  json bad_handle = ipc_base();
+  bad_handle["ipc_handles"] = {{{"GPU-1", handle(16, 12)}}, {{"GPU-1", handle(6)}}};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(bad_handle), ValueError,
+                          "must decode to 64 bytes (a cudaIpcMemHandle_t), got 12");
+  json wrong_size = ipc_base();
+  wrong_size["ipc_handles"] = {{{"GPU-1", handle(15)}}, {{"GPU-1", handle(6)}}};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(wrong_size), ValueError,
+                          "exports 15 bytes but 'a' has 16");
+  json empty = {{"names", json::array()},
+                {"dtype_names", json::array()},
+                {"shapes", json::array()},
+                {"ipc_handles", json::array()}};
+  BOOST_CHECK_NO_THROW(IpcUpdateInfo::from_json(empty));
+}
+
+BOOST_AUTO_TEST_CASE(ipc_init_info_is_packed_or_not) {
+  BOOST_TEST(IpcInitInfo::from_json({{"packed", true}}).packed);
+  BOOST_TEST(!IpcInitInfo::from_json(json::object()).packed);
+  HOTSWAP_CHECK_THROW_MSG(IpcInitInfo::from_json({{"master_port", 1}}), ValueError,
+                          "got an unexpected keyword argument 'master_port'");
+}
+
+BOOST_AUTO_TEST_CASE(shm_init_info_names_posix_segments) {
+  json payload = {{"segment_names", {"/hotswap-1-0", "/hotswap-1-1"}},
+                  {"packed_buffer_size_bytes", 1 << 20}};
+  auto info = ShmInitInfo::from_json(payload);
+  BOOST_TEST(info.segment_names.size() == 2u);
+  BOOST_TEST(info.to_json() == payload);
+  payload["segment_names"] = {"hotswap"};
+  HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError,
+                          "`segment_names[0]` must be a POSIX shared-memory name");
+  payload["segment_names"] = {"/a/b"};
+  HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError, "got '/a/b'");
+  payload["segment_names"] = json::array();
+  HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError,
+                          "`segment_names` must name at least one shared-memory buffer");
+  json zero = {{"segment_names", {"/x"}}, {"packed_buffer_size_bytes", 0}};
+  HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(zero), ValueError,
+                          "`packed_buffer_size_bytes` must be positive, got 0");
+}
+
+BOOST_AUTO_TEST_CASE(shm_update_info_is_the_metadata_of_the_round) {
+  auto info = ShmUpdateInfo::from_json(
+      {{"names", {"w"}}, {"dtype_names", {"bfloat16"}}, {"shapes", {{2, 8}}}});
+  BOOST_TEST(info.params[0].nbytes() == 32u);
+  HOTSWAP_CHECK_THROW_MSG(
+      ShmUpdateInfo::from_json({{"names", {"w"}}, {"dtype_names", {"bf16"}}, {"shapes", {{1}}}}),
+      ValueError, "'w' has unknown dtype name 'bf16'");
+}
+
+BOOST_AUTO_TEST_CASE(disk_update_info_checks_the_directory_with_vllms_messages) {
+  TempDir dir;
+  HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", ""}}), ValueError,
+                          "`path` must be a non-empty absolute local directory");
+  HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", "relative/dir"}}), ValueError,
+                          "`path` must be an absolute local directory");
+  std::string missing = (dir.path / "missing").string();
+  HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", missing}}), ValueError,
+                          "Shared-disk checkpoint path must be a local directory: " + missing);
+  HOTSWAP_CHECK_THROW_MSG(
+      DiskUpdateInfo::from_json({{"path", dir.path.string()}}), ValueError,
+      "Shared-disk checkpoint directory contains no safetensors files: " + dir.path.string());
+  std::ofstream(dir.path / "model.safetensors") << "x";
+  BOOST_TEST(DiskUpdateInfo::from_json({{"path", dir.path.string()}}).path == dir.path.string());
+  HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", 3}}), ValueError,
+                          "field `path` must be a string, got integer 3");
+  HOTSWAP_CHECK_THROW_MSG(DiskInitInfo::from_json({{"path", "/x"}}), ValueError,
+                          "got an unexpected keyword argument 'path'");
+  BOOST_CHECK_NO_THROW(DiskInitInfo::from_json(json::object()));
+}
+
+BOOST_AUTO_TEST_CASE(weight_transfer_config_selects_only_the_backend) {
+  BOOST_TEST(WeightTransferConfig::from_json(json::object()).backend == "nccl");
+  BOOST_TEST(WeightTransferConfig::from_json({{"backend", "gloo"}}).backend == "gloo");
+  HOTSWAP_CHECK_THROW_MSG(WeightTransferConfig::from_json({{"backend", "gloo"}, {"packed", true}}),
+                          ValueError, "got an unexpected keyword argument 'packed'");
+  HOTSWAP_CHECK_THROW_MSG(WeightTransferConfig::from_json({{"backend", 1}}), ValueError,
+                          "field `backend` must be a string");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

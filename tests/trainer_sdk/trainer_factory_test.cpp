@@ -1,0 +1,179 @@
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <dlfcn.h>
+
+#include <ATen/ops/zeros.h>
+
+#include "test_support.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+
+using namespace hotswap;
+using nlohmann::json;
+using Factory = trainer_sdk::WeightTransferTrainerFactory;
+
+namespace {
+
+// Records every call in order, as vLLM's trainer tests do with their client.
+class RecordingClient final : public trainer_sdk::WeightSyncClient {
+ public:
+  void init_weight_transfer_engine(const json& init_info) override {
+    order.push_back("init");
+    payloads.push_back(init_info);
+  }
+  void start_weight_update() override { order.push_back("start"); }
+  void update_weights(const json& update_info) override {
+    order.push_back("update");
+    payloads.push_back(update_info);
+  }
+  void finish_weight_update(const std::optional<std::string>& version) override {
+    order.push_back("finish" + (version ? ":" + *version : std::string()));
+  }
+  std::vector<std::string> order;
+  std::vector<json> payloads;
+};
+
+struct EchoTrainerInitInfo : trainer_sdk::TrainerInitInfoFor<EchoTrainerInitInfo> {
+  static constexpr std::string_view backend = "factory_test_echo";
+  explicit EchoTrainerInitInfo(int rank) : TrainerInitInfoFor(rank) {}
+  std::int64_t chunk_size_bytes = 256;  // a wire param, shipped at the handshake
+};
+
+// A full-resync engine that ships its wire params at init and announces the source's metadata.
+class EchoTrainerEngine final : public trainer_sdk::TrainerWeightTransferEngine {
+ public:
+  using InitInfo = EchoTrainerInitInfo;
+  using TrainerWeightTransferEngine::TrainerWeightTransferEngine;
+
+  static std::unique_ptr<EchoTrainerEngine> trainer_init(
+      const InitInfo& info, std::shared_ptr<trainer_sdk::WeightSyncClient> client,
+      std::shared_ptr<trainer_sdk::WeightSource> source) {
+    if (!source)
+      throw protocol::ValueError("echo trainer weight transfer requires a WeightSource.");
+    auto engine = std::make_unique<EchoTrainerEngine>(client, source, info.is_sender());
+    if (engine->is_sender()) client->init_weight_transfer_engine({{"chunk_size_bytes", 256}});
+    return engine;
+  }
+
+  void send_weights() override {
+    auto meta = source()->metadata();
+    auto stream = source()->iter();
+    if (!is_sender()) {
+      while (stream->next()) {
+      }  // stay in the trainer-side collectives
+      return;
+    }
+    client().start_weight_update();
+    json info = json::object();
+    protocol::write_param_lists(meta, info);
+    client().update_weights(info);
+    client().finish_weight_update("step-1");
+  }
+};
+
+// Implements backend_name() by hand and forgets the key: the runtime check catches it.
+struct KeylessTrainerInitInfo : trainer_sdk::TrainerInitInfo {
+  KeylessTrainerInitInfo() : TrainerInitInfo(0) {}
+  std::string_view backend_name() const override { return ""; }
+};
+
+struct UnregisteredTrainerInitInfo : trainer_sdk::TrainerInitInfoFor<UnregisteredTrainerInitInfo> {
+  static constexpr std::string_view backend = "no_such_trainer_backend";
+  UnregisteredTrainerInitInfo() : TrainerInitInfoFor(0) {}
+};
+
+struct PluginTrainerInitInfo : trainer_sdk::TrainerInitInfoFor<PluginTrainerInitInfo> {
+  static constexpr std::string_view backend = "factory_test_trainer_plugin";
+  using TrainerInitInfoFor::TrainerInitInfoFor;
+};
+
+std::shared_ptr<trainer_sdk::WeightSource> small_source() {
+  return std::make_shared<trainer_sdk::TensorListSource>(
+      std::vector<std::pair<std::string, at::Tensor>>{{"w", at::zeros({2, 2})}});
+}
+
+void register_echo_once() {
+  if (!Factory::is_registered("factory_test_echo")) Factory::register_engine<EchoTrainerEngine>();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(trainer_factory)
+
+BOOST_AUTO_TEST_CASE(init_info_rank_decides_the_sender) {
+  BOOST_TEST(EchoTrainerInitInfo(0).is_sender());
+  BOOST_TEST(!EchoTrainerInitInfo(3).is_sender());
+  BOOST_TEST(EchoTrainerInitInfo(0).backend_name() == "factory_test_echo");
+}
+
+BOOST_AUTO_TEST_CASE(the_init_info_backend_selects_the_engine_and_the_sender_drives_the_calls) {
+  register_echo_once();
+  auto client = std::make_shared<RecordingClient>();
+  auto engine = Factory::trainer_init(EchoTrainerInitInfo(0), client, small_source());
+  engine->send_weights();
+  BOOST_TEST(client->order ==
+             (std::vector<std::string>{"init", "start", "update", "finish:step-1"}));
+  BOOST_TEST(client->payloads[0]["chunk_size_bytes"] == 256);
+  BOOST_TEST(client->payloads[1]["names"] == json({"w"}));
+  BOOST_TEST(client->payloads[1]["dtype_names"] == json({"float32"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_non_sender_never_touches_the_client) {
+  register_echo_once();
+  auto client = std::make_shared<RecordingClient>();
+  auto engine = Factory::trainer_init(EchoTrainerInitInfo(1), client, small_source());
+  engine->send_weights();
+  BOOST_TEST(client->order.empty());
+}
+
+BOOST_AUTO_TEST_CASE(full_resync_engine_requires_a_source) {
+  register_echo_once();
+  HOTSWAP_CHECK_THROW_MSG(
+      Factory::trainer_init(EchoTrainerInitInfo(0), std::make_shared<RecordingClient>()),
+      protocol::ValueError, "requires a WeightSource.");
+}
+
+BOOST_AUTO_TEST_CASE(duplicate_and_unknown_backends_use_vllms_messages) {
+  register_echo_once();
+  HOTSWAP_CHECK_THROW_MSG(Factory::register_engine<EchoTrainerEngine>(), protocol::ValueError,
+                          "Weight transfer engine 'factory_test_echo' is already registered.");
+  HOTSWAP_CHECK_THROW_MSG(
+      Factory::trainer_init(UnregisteredTrainerInitInfo(), std::make_shared<RecordingClient>(),
+                            small_source()),
+      protocol::ValueError,
+      "Invalid weight transfer backend: no_such_trainer_backend. Available trainer engines: [");
+}
+
+BOOST_AUTO_TEST_CASE(an_init_info_without_a_backend_key_is_rejected) {
+  HOTSWAP_CHECK_THROW_MSG(
+      Factory::trainer_init(KeylessTrainerInitInfo(), std::make_shared<RecordingClient>()),
+      protocol::ValueError,
+      "KeylessTrainerInitInfo must set a class-level `backend` string (the "
+      "WeightTransferTrainerFactory registry key).");
+}
+
+BOOST_AUTO_TEST_CASE(an_engine_given_another_backends_init_info_says_so) {
+  struct Impostor : trainer_sdk::TrainerInitInfo {
+    Impostor() : TrainerInitInfo(0) {}
+    std::string_view backend_name() const override { return "factory_test_echo"; }
+  };
+  register_echo_once();
+  HOTSWAP_CHECK_THROW_MSG(
+      Factory::trainer_init(Impostor(), std::make_shared<RecordingClient>(), small_source()),
+      protocol::ValueError, "trainer engine 'factory_test_echo' was given a ");
+}
+
+BOOST_AUTO_TEST_CASE(plugin_trainer_engine_loads_lazily_from_its_library) {
+  Factory::register_engine("factory_test_trainer_plugin", HOTSWAP_TRAINER_TEST_PLUGIN,
+                           "hotswap_test_trainer_init");
+  void* before = dlopen(HOTSWAP_TRAINER_TEST_PLUGIN, RTLD_NOW | RTLD_NOLOAD);
+  BOOST_TEST(before == nullptr);
+  auto client = std::make_shared<RecordingClient>();
+  auto engine = Factory::trainer_init(PluginTrainerInitInfo(0), client, small_source());
+  engine->send_weights();
+  BOOST_TEST(client->order == (std::vector<std::string>{"init", "start", "update", "finish"}));
+  BOOST_TEST(client->payloads[0]["from"] == "plugin");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

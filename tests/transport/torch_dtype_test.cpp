@@ -1,0 +1,67 @@
+#include "transport/torch_dtype.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <torch/version.h>
+
+#include "protocol/errors.hpp"
+#include "test_support.hpp"
+#include "transport/device.hpp"
+
+using namespace hotswap;
+using protocol::DType;
+
+BOOST_AUTO_TEST_SUITE(torch_dtype)
+
+BOOST_AUTO_TEST_CASE(every_integer_and_float_type_round_trips_with_matching_item_size) {
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64, DType::kInt8,
+                  DType::kUInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kBool}) {
+    c10::ScalarType t = transport::to_scalar_type(d);
+    BOOST_TEST((transport::from_scalar_type(t) == d));
+    BOOST_TEST(c10::elementSize(t) == protocol::item_size(d));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(float8_follows_the_libtorch_version) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  BOOST_TEST((transport::from_scalar_type(transport::to_scalar_type(DType::kFloat8E4M3FN)) ==
+              DType::kFloat8E4M3FN));
+#else
+  HOTSWAP_CHECK_THROW_MSG(transport::to_scalar_type(DType::kFloat8E4M3FN), protocol::ValueError,
+                          "dtype float8_e4m3fn needs libtorch >= 2.1");
+#endif
+}
+
+BOOST_AUTO_TEST_CASE(types_without_a_wire_name_are_rejected_by_name) {
+  HOTSWAP_CHECK_THROW_MSG(transport::from_scalar_type(c10::ScalarType::ComplexFloat),
+                          protocol::ValueError, "has no name on vLLM's weight-transfer wire");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(device_sync)
+
+BOOST_AUTO_TEST_CASE(cpu_synchronize_is_a_no_op) {
+  BOOST_CHECK_NO_THROW(transport::synchronize_device(c10::Device(c10::kCPU)));
+}
+
+BOOST_AUTO_TEST_CASE(gpu_runtime_reports_what_the_build_and_machine_offer) {
+  auto info = transport::gpu_runtime_info();
+  BOOST_TEST_MESSAGE("built_with_cuda="
+                     << info.built_with_cuda << " cuda=" << info.cuda_runtime_version
+                     << " nccl=" << info.nccl_version << " devices=" << info.device_count << " ("
+                     << info.device_error << ")");
+  if (info.built_with_cuda) {
+    BOOST_TEST(info.cuda_runtime_version > 0);
+    BOOST_TEST(info.nccl_version > 0);
+  }
+  if (info.device_count == 0) {
+    BOOST_TEST(!info.device_error.empty());
+    // Without a GPU, a CUDA device is an error that says why, never a crash or a hang.
+    BOOST_CHECK_THROW(transport::synchronize_device(c10::Device(c10::kCUDA, 0)), protocol::Error);
+  } else {
+    BOOST_CHECK_NO_THROW(transport::synchronize_device(c10::Device(c10::kCUDA, 0)));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

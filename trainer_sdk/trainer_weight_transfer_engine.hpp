@@ -1,0 +1,47 @@
+// TrainerWeightTransferEngine: *how to transmit*, the trainer side of one backend (vLLM's
+// TrainerWeightTransferEngine). Built by WeightTransferTrainerFactory::trainer_init on every
+// trainer rank. The sender (rank 0) drives the four calls through the client and transmits;
+// other ranks hold the same client but never call it, and still run every trainer-side
+// collective (metadata, iteration) so that the group stays aligned.
+//
+// Full-resync backends take a WeightSource at trainer_init and replay it on each send_weights();
+// delta backends take no source and receive each round's payload as an argument of their own
+// send method. Two rules bind every engine: drain before returning (send_weights never returns
+// with bytes in flight), and never join a control call on the error path (if the transmit
+// fails while the worker is blocked in the matching receive, raise without waiting for it).
+#pragma once
+
+#include <memory>
+
+#include "trainer_sdk/weight_source.hpp"
+#include "trainer_sdk/weight_sync_client.hpp"
+
+namespace hotswap::trainer_sdk {
+
+class TrainerWeightTransferEngine {
+ public:
+  TrainerWeightTransferEngine(std::shared_ptr<WeightSyncClient> client,
+                              std::shared_ptr<WeightSource> source, bool is_sender);
+  virtual ~TrainerWeightTransferEngine();
+  TrainerWeightTransferEngine(const TrainerWeightTransferEngine&) = delete;
+  TrainerWeightTransferEngine& operator=(const TrainerWeightTransferEngine&) = delete;
+
+  // Pushes the source's weights and drives start → update(s) → finish. Called on every rank.
+  virtual void send_weights() = 0;
+  // Tears down communicators and buffers. Default: nothing to tear down.
+  virtual void shutdown() {}
+
+  bool is_sender() const { return is_sender_; }
+
+ protected:
+  WeightSyncClient& client() const { return *client_; }
+  // The source, or nullptr for delta backends.
+  WeightSource* source() const { return source_.get(); }
+
+ private:
+  std::shared_ptr<WeightSyncClient> client_;
+  std::shared_ptr<WeightSource> source_;
+  bool is_sender_;
+};
+
+}  // namespace hotswap::trainer_sdk

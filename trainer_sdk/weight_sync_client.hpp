@@ -1,0 +1,25 @@
+// WeightSyncClient: *how to reach* the inference side, vLLM's VLLMWeightSyncClient. However a
+// client is built, it bottoms out in the same four calls. Two rules for every implementation:
+// reach every replica and block until all of them are done, and raise on failure (a swallowed
+// error turns a failed sync into silently stale weights, or into a hang).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace hotswap::trainer_sdk {
+
+class WeightSyncClient {
+ public:
+  virtual ~WeightSyncClient();
+
+  virtual void init_weight_transfer_engine(const nlohmann::json& init_info) = 0;
+  virtual void start_weight_update() = 0;
+  // `update_info` is one object, or a list with one object per inference rank.
+  virtual void update_weights(const nlohmann::json& update_info) = 0;
+  virtual void finish_weight_update(const std::optional<std::string>& weight_version) = 0;
+};
+
+}  // namespace hotswap::trainer_sdk

@@ -1,0 +1,54 @@
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+
+#include "protocol/plugin_registry.hpp"
+
+namespace hotswap::trainer_sdk {
+namespace {
+
+using Registry = protocol::PluginRegistry<WeightTransferTrainerFactory::CreatorSignature>;
+
+Registry& registry() {
+  static Registry instance("trainer engines");
+  return instance;
+}
+
+}  // namespace
+
+void WeightTransferTrainerFactory::register_engine(const std::string& name, Creator creator) {
+  registry().register_engine(name, std::move(creator));
+}
+
+void WeightTransferTrainerFactory::register_engine(const std::string& name,
+                                                   std::string library_path, std::string symbol) {
+  registry().register_engine(name, std::move(library_path), std::move(symbol));
+}
+
+std::unique_ptr<TrainerWeightTransferEngine> WeightTransferTrainerFactory::trainer_init(
+    const TrainerInitInfo& init_info, std::shared_ptr<WeightSyncClient> client,
+    std::shared_ptr<WeightSource> source) {
+  std::string backend(init_info.backend_name());
+  if (backend.empty()) {
+    // The runtime twin of TrainerInitInfoFor's static_assert, for a subclass that implemented
+    // backend_name() by hand.
+    throw protocol::ValueError(init_info_type_name(init_info) +
+                               " must set a class-level `backend` string (the "
+                               "WeightTransferTrainerFactory registry key).");
+  }
+  auto creator = registry().resolve(backend);
+  auto engine = creator(init_info, std::move(client), std::move(source));
+  if (!engine) {
+    throw protocol::RuntimeError("the creator of trainer engine '" + backend +
+                                 "' returned no engine");
+  }
+  return engine;
+}
+
+bool WeightTransferTrainerFactory::is_registered(const std::string& name) {
+  return registry().contains(name);
+}
+
+std::vector<std::string> WeightTransferTrainerFactory::registered_backends() {
+  return registry().names();
+}
+
+}  // namespace hotswap::trainer_sdk

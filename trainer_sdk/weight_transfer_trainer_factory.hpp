@@ -1,0 +1,65 @@
+// WeightTransferTrainerFactory: the trainer-side registry of engines, keyed by the backend of
+// the init info (the C++ form of vLLM's `init_info.backend` ClassVar dispatch). Registration is
+// by creator, by engine type, or lazily by shared library and `extern "C"` creator symbol:
+//
+//   extern "C" std::unique_ptr<hotswap::trainer_sdk::TrainerWeightTransferEngine>
+//   my_trainer_init(const hotswap::trainer_sdk::TrainerInitInfo& init_info,
+//                   std::shared_ptr<hotswap::trainer_sdk::WeightSyncClient> client,
+//                   std::shared_ptr<hotswap::trainer_sdk::WeightSource> source);
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/errors.hpp"
+#include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_weight_transfer_engine.hpp"
+
+namespace hotswap::trainer_sdk {
+
+class WeightTransferTrainerFactory {
+ public:
+  using CreatorSignature = std::unique_ptr<TrainerWeightTransferEngine>(
+      const TrainerInitInfo&, std::shared_ptr<WeightSyncClient>, std::shared_ptr<WeightSource>);
+  using Creator = std::function<CreatorSignature>;
+
+  // Duplicate names are a ValueError: "Weight transfer engine 'x' is already registered."
+  static void register_engine(const std::string& name, Creator creator);
+  static void register_engine(const std::string& name, std::string library_path,
+                              std::string symbol);
+
+  // Registers Engine under its init info's backend key. Engine provides
+  // `using InitInfo = ...;` and `static std::unique_ptr<Engine> trainer_init(const InitInfo&,
+  // std::shared_ptr<WeightSyncClient>, std::shared_ptr<WeightSource>)`.
+  template <class Engine>
+  static void register_engine() {
+    using Info = typename Engine::InitInfo;
+    static_assert(DeclaresBackend<Info>,
+                  "the engine's InitInfo must set a class-level `backend` string");
+    register_engine(
+        std::string(Info::backend),
+        [](const TrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+           std::shared_ptr<WeightSource> source) -> std::unique_ptr<TrainerWeightTransferEngine> {
+          const auto* typed = dynamic_cast<const Info*>(&info);
+          if (typed == nullptr) {
+            throw protocol::ValueError("trainer engine '" + std::string(Info::backend) +
+                                       "' was given a " + init_info_type_name(info));
+          }
+          return Engine::trainer_init(*typed, std::move(client), std::move(source));
+        });
+  }
+
+  // Rendezvous with the inference side through the engine registered for
+  // `init_info.backend_name()`, and return it ready. An unknown backend is a ValueError listing
+  // what is available: "Invalid weight transfer backend: x. Available trainer engines: [...]".
+  static std::unique_ptr<TrainerWeightTransferEngine> trainer_init(
+      const TrainerInitInfo& init_info, std::shared_ptr<WeightSyncClient> client,
+      std::shared_ptr<WeightSource> source = nullptr);
+
+  static bool is_registered(const std::string& name);
+  static std::vector<std::string> registered_backends();
+};
+
+}  // namespace hotswap::trainer_sdk

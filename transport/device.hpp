@@ -1,0 +1,26 @@
+// Device-level helpers that every engine needs, CUDA or not.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <string>
+
+namespace hotswap::transport {
+
+// Blocks until all work queued on `device` has finished (vLLM's
+// `torch.accelerator.synchronize()`), so that a returned update means the bytes have landed.
+// A no-op for the CPU; a RuntimeError for a CUDA device in a build without CUDA.
+void synchronize_device(const c10::Device& device);
+
+// What this build and machine offer, for start-up lines and for tests that need a GPU.
+struct GpuRuntimeInfo {
+  bool built_with_cuda = false;
+  int cuda_runtime_version = 0;  // e.g. 13000
+  int nccl_version = 0;          // e.g. 22809
+  int device_count = 0;          // 0 when no driver or no device
+  std::string device_error;      // why device_count is 0, when it is
+};
+
+GpuRuntimeInfo gpu_runtime_info();
+
+}  // namespace hotswap::transport
