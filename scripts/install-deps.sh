@@ -9,7 +9,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev
   libboost-test-dev libbenchmark-dev
-  libssl-dev
+  libssl-dev libcli11-dev
 )
 
 missing=()

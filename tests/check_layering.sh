@@ -16,7 +16,7 @@ forbid() {  # forbid FOLDER PATTERN WHY
 forbid protocol 'torch/|ATen/|c10/|caffe2/' "protocol/ stays free of libtorch so orchestrators link it cheaply"
 forbid protocol 'transport/|model_loader/|receiver/|worker/|trainer_sdk/' "protocol/ depends on nothing of hotswap"
 forbid transport 'model_loader/|receiver/|worker/|trainer_sdk/' "transport/ depends on protocol only"
-forbid model_loader 'transport/|receiver/|worker/|trainer_sdk/' "model_loader/ depends on protocol only"
+forbid model_loader 'receiver/|worker/|trainer_sdk/' "model_loader/ depends on protocol and transport only"
 forbid receiver 'worker/|trainer_sdk/' "the worker side never depends on trainer_sdk"
 forbid worker 'trainer_sdk/' "the worker never depends on trainer_sdk"
 forbid trainer_sdk 'receiver/|worker/|model_loader/' "trainer_sdk meets the worker only in protocol/ and on the wire"

@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <array>
 #include <string>
 
 #include "protocol/errors.hpp"
@@ -14,76 +15,42 @@
 #endif
 
 namespace hotswap::transport {
+namespace {
 
 using protocol::DType;
 
-c10::ScalarType to_scalar_type(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return c10::ScalarType::Float;
-    case DType::kFloat16:
-      return c10::ScalarType::Half;
-    case DType::kBFloat16:
-      return c10::ScalarType::BFloat16;
-    case DType::kFloat64:
-      return c10::ScalarType::Double;
-    case DType::kInt8:
-      return c10::ScalarType::Char;
-    case DType::kUInt8:
-      return c10::ScalarType::Byte;
-    case DType::kInt16:
-      return c10::ScalarType::Short;
-    case DType::kInt32:
-      return c10::ScalarType::Int;
-    case DType::kInt64:
-      return c10::ScalarType::Long;
-    case DType::kBool:
-      return c10::ScalarType::Bool;
+struct Pair {
+  DType dtype;
+  c10::ScalarType type;
+};
+
+// The one table both directions read.
+constexpr std::array kPairs {
+  Pair{DType::kFloat32, c10::ScalarType::Float}, Pair{DType::kFloat16, c10::ScalarType::Half},
+      Pair{DType::kBFloat16, c10::ScalarType::BFloat16},
+      Pair{DType::kFloat64, c10::ScalarType::Double}, Pair{DType::kInt8, c10::ScalarType::Char},
+      Pair{DType::kUInt8, c10::ScalarType::Byte}, Pair{DType::kInt16, c10::ScalarType::Short},
+      Pair{DType::kInt32, c10::ScalarType::Int}, Pair{DType::kInt64, c10::ScalarType::Long},
+      Pair{DType::kBool, c10::ScalarType::Bool},
 #if HOTSWAP_TORCH_HAS_FLOAT8
-    case DType::kFloat8E4M3FN:
-      return c10::ScalarType::Float8_e4m3fn;
-    case DType::kFloat8E5M2:
-      return c10::ScalarType::Float8_e5m2;
-#else
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2:
-      break;
+      Pair{DType::kFloat8E4M3FN, c10::ScalarType::Float8_e4m3fn},
+      Pair{DType::kFloat8E5M2, c10::ScalarType::Float8_e5m2},
 #endif
+};
+
+}  // namespace
+
+c10::ScalarType to_scalar_type(DType dtype) {
+  for (const auto& p : kPairs) {
+    if (p.dtype == dtype) return p.type;
   }
   throw protocol::ValueError("dtype " + std::string(protocol::dtype_name(dtype)) +
                              " needs libtorch >= 2.1; this build uses libtorch " + TORCH_VERSION);
 }
 
 DType from_scalar_type(c10::ScalarType type) {
-  switch (type) {
-    case c10::ScalarType::Float:
-      return DType::kFloat32;
-    case c10::ScalarType::Half:
-      return DType::kFloat16;
-    case c10::ScalarType::BFloat16:
-      return DType::kBFloat16;
-    case c10::ScalarType::Double:
-      return DType::kFloat64;
-    case c10::ScalarType::Char:
-      return DType::kInt8;
-    case c10::ScalarType::Byte:
-      return DType::kUInt8;
-    case c10::ScalarType::Short:
-      return DType::kInt16;
-    case c10::ScalarType::Int:
-      return DType::kInt32;
-    case c10::ScalarType::Long:
-      return DType::kInt64;
-    case c10::ScalarType::Bool:
-      return DType::kBool;
-#if HOTSWAP_TORCH_HAS_FLOAT8
-    case c10::ScalarType::Float8_e4m3fn:
-      return DType::kFloat8E4M3FN;
-    case c10::ScalarType::Float8_e5m2:
-      return DType::kFloat8E5M2;
-#endif
-    default:
-      break;
+  for (const auto& p : kPairs) {
+    if (p.type == type) return p.dtype;
   }
   throw protocol::ValueError(std::string("torch dtype ") + c10::toString(type) +
                              " has no name on vLLM's weight-transfer wire");

@@ -1,0 +1,106 @@
+#include "model_loader/checkpoint.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.hpp"
+
+namespace hotswap::model_loader {
+
+namespace fs = std::filesystem;
+
+Checkpoint Checkpoint::open(const fs::path& directory) {
+  Checkpoint ckpt;
+  ckpt.directory_ = directory;
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec)) {
+    throw protocol::ValueError("checkpoint directory " + directory.string() +
+                               " does not exist or is not a directory");
+  }
+
+  std::vector<fs::path> shard_paths;
+  std::map<std::string, std::string> weight_map;
+  fs::path index_path = directory / "model.safetensors.index.json";
+  if (fs::exists(index_path)) {
+    std::ifstream in(index_path);
+    auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
+        !index["weight_map"].is_object()) {
+      throw protocol::ValueError(index_path.string() +
+                                 " is not a valid index: it needs a `weight_map` object");
+    }
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+        throw protocol::ValueError(index_path.string() + ": weight_map['" + name +
+                                   "'] must be a file name in the checkpoint directory");
+      }
+      weight_map[name] = file.get<std::string>();
+      fs::path shard = directory / file.get<std::string>();
+      if (std::find(shard_paths.begin(), shard_paths.end(), shard) == shard_paths.end()) {
+        shard_paths.push_back(shard);
+      }
+    }
+    std::sort(shard_paths.begin(), shard_paths.end());
+  } else {
+    for (const auto& entry : fs::directory_iterator(directory)) {
+      if (entry.path().extension() == ".safetensors" && entry.is_regular_file()) {
+        shard_paths.push_back(entry.path());
+      }
+    }
+    std::sort(shard_paths.begin(), shard_paths.end());
+  }
+  if (shard_paths.empty()) {
+    throw protocol::ValueError("checkpoint directory " + directory.string() +
+                               " contains no safetensors files");
+  }
+
+  for (const auto& path : shard_paths) {
+    auto file = SafetensorsFile::open(path.string());
+    std::size_t file_index = ckpt.files_.size();
+    for (const auto& info : file->tensors()) {
+      auto [it, inserted] = ckpt.where_.try_emplace(info.name, file_index, &info);
+      if (!inserted) {
+        throw protocol::ValueError("tensor '" + info.name + "' appears in both " +
+                                   ckpt.files_[it->second.first]->path() + " and " + file->path());
+      }
+      if (!weight_map.empty()) {
+        auto mapped = weight_map.find(info.name);
+        if (mapped == weight_map.end() || directory / mapped->second != path) {
+          throw protocol::ValueError(
+              "tensor '" + info.name + "' is in " + path.string() + " but " + index_path.string() +
+              (mapped == weight_map.end() ? " does not list it"
+                                          : " places it in " + mapped->second));
+        }
+      }
+      ckpt.names_.push_back(info.name);
+      ckpt.total_bytes_ += info.nbytes();
+    }
+    ckpt.files_.push_back(std::move(file));
+  }
+  for (const auto& [name, file] : weight_map) {
+    if (!ckpt.where_.contains(name)) {
+      throw protocol::ValueError(index_path.string() + " lists tensor '" + name + "' in " + file +
+                                 ", which does not hold it");
+    }
+  }
+  return ckpt;
+}
+
+const SafetensorsTensorInfo& Checkpoint::info(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) {
+    throw protocol::ValueError("checkpoint " + directory_.string() + " has no tensor '" + name +
+                               "'");
+  }
+  return *it->second.second;
+}
+
+at::Tensor Checkpoint::tensor(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) info(name);  // throws the message
+  return files_[it->second.first]->tensor(*it->second.second);
+}
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,62 @@
+// Generation on a LlamaModel: sequences advanced together one forward step at a time (the first
+// step of a sequence is its prefill, every later one a one-token decode), so several requests
+// share every matmul. The worker's scheduler drives step() itself to add requests, pause and
+// switch weights between steps; generate() and score() are the one-shot forms.
+#pragma once
+
+#include <ATen/core/Generator.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model_loader/kv_cache.hpp"
+#include "model_loader/llama_model.hpp"
+#include "model_loader/sampling.hpp"
+
+namespace hotswap::model_loader {
+
+class Sequence {
+ public:
+  Sequence(std::vector<std::int64_t> prompt, SamplingParams params);
+
+  const std::vector<std::int64_t>& prompt() const { return prompt_; }
+  const SamplingParams& params() const { return params_; }
+  const std::vector<std::int64_t>& output_tokens() const { return output_; }
+  const std::vector<double>& output_logprobs() const { return logprobs_; }
+  // "stop" (a stop token), "length" (max_tokens), "abort", or nothing while running.
+  const std::optional<std::string>& finish_reason() const { return finish_reason_; }
+  bool finished() const { return finish_reason_.has_value(); }
+  void abort() { finish_reason_ = "abort"; }
+
+ private:
+  friend void step(const LlamaModel& model, const std::vector<Sequence*>& batch);
+  std::vector<std::int64_t> prompt_;
+  SamplingParams params_;
+  at::Generator generator_;
+  KvCache cache_;
+  std::vector<std::int64_t> output_;
+  std::vector<double> logprobs_;
+  std::optional<std::string> finish_reason_;
+};
+
+// One forward step for every unfinished sequence of `batch`, sampling one token each.
+void step(const LlamaModel& model, const std::vector<Sequence*>& batch);
+
+struct GenerationResult {
+  std::vector<std::int64_t> token_ids;
+  std::vector<double> logprobs;
+  std::string finish_reason;
+};
+
+// Runs the prompts together to completion.
+std::vector<GenerationResult> generate(const LlamaModel& model,
+                                       const std::vector<std::vector<std::int64_t>>& prompts,
+                                       const SamplingParams& params);
+
+// The logprobs of `continuation` following `prompt`: scoring for RL (log π(a|s)).
+std::vector<double> score(const LlamaModel& model, const std::vector<std::int64_t>& prompt,
+                          const std::vector<std::int64_t>& continuation);
+
+}  // namespace hotswap::model_loader

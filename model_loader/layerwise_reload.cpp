@@ -1,0 +1,163 @@
+#include "model_loader/layerwise_reload.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "model_loader/int8_quantization.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/param_meta.hpp"
+
+namespace hotswap::model_loader {
+
+UpdateMode update_mode_from_name(std::string_view name) {
+  if (name == "staged") return UpdateMode::kStaged;
+  if (name == "inplace") return UpdateMode::kInplace;
+  throw protocol::ValueError("unknown update mode '" + std::string(name) +
+                             "' (expected staged or inplace)");
+}
+
+LayerwiseReload::LayerwiseReload(ParameterStore& store, UpdateMode mode)
+    : store_(store),
+      mode_(mode),
+      received_(store.mapping().slots().size(), false),
+      shadow_(store.mapping().runtime_params().size()),
+      staging_(store.mapping().runtime_params().size()) {}
+
+void LayerwiseReload::load(const std::vector<NamedTensor>& weights) {
+  const auto& mapping = store_.mapping();
+  std::vector<std::pair<std::size_t, const at::Tensor*>> writes;
+  writes.reserve(weights.size());
+  for (const auto& [name, tensor] : weights) {
+    if (mapping.is_skipped(name)) continue;
+    const CheckpointSlot* slot = mapping.find(name);
+    if (slot == nullptr) {
+      throw protocol::ValueError("unknown checkpoint tensor '" + name +
+                                 "': the model has no parameter it maps to");
+    }
+    if (!tensor.defined()) throw protocol::ValueError("checkpoint tensor '" + name + "' is empty");
+    if (tensor.sizes().vec() != slot->shape) {
+      throw protocol::ValueError("checkpoint tensor '" + name + "' has shape " +
+                                 protocol::shape_to_string(tensor.sizes().vec()) +
+                                 " but the model's is " + protocol::shape_to_string(slot->shape));
+    }
+    if (!at::isFloatingType(tensor.scalar_type())) {
+      throw protocol::ValueError("checkpoint tensor '" + name + "' has dtype " +
+                                 std::string(c10::toString(tensor.scalar_type())) +
+                                 "; weights must be floating point");
+    }
+    writes.emplace_back(static_cast<std::size_t>(slot - mapping.slots().data()), &tensor);
+  }
+  for (const auto& [slot, tensor] : writes)
+    write_slot(slot, *tensor);
+}
+
+void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tensor) {
+  const auto& slot = store_.mapping().slots()[slot_index];
+  const std::size_t p = slot.param;
+  const std::int64_t rows = slot.shape[0];
+  auto rows_of = [&](const at::Tensor& full) { return full.narrow(0, slot.row_offset, rows); };
+
+  if (store_.quantized(p)) {
+    if (!staging_[p].defined()) {
+      staging_[p] = at::empty(store_.mapping().runtime_params()[p].shape,
+                              at::TensorOptions().dtype(store_.dtype()).device(store_.device()));
+    }
+    rows_of(staging_[p]).copy_(tensor);
+  } else if (mode_ == UpdateMode::kStaged) {
+    if (!shadow_[p]) {
+      std::shared_lock lock(store_.mutex());
+      shadow_[p] = RuntimeTensor{store_[p].value.clone(), {}};
+    }
+    rows_of(shadow_[p]->value).copy_(tensor);
+  } else {
+    std::unique_lock lock(store_.mutex());
+    rows_of(store_[p].value).copy_(tensor);
+    wrote_live_ = true;
+  }
+
+  if (!received_[slot_index]) {
+    received_[slot_index] = true;
+    ++received_count_;
+  }
+  if (store_.quantized(p)) {
+    const auto& siblings = store_.mapping().slots_of_param(p);
+    if (std::all_of(siblings.begin(), siblings.end(),
+                    [&](std::size_t s) { return received_[s]; })) {
+      process_param(p);
+    }
+  }
+}
+
+void LayerwiseReload::process_param(std::size_t p) {
+  // The staging copy stays until the session ends, so a tensor delivered again later in the
+  // same session re-quantizes from complete rows.
+  QuantizedWeight q = quantize_int8_per_channel(staging_[p]);
+  if (mode_ == UpdateMode::kStaged) {
+    shadow_[p] = RuntimeTensor{q.values, q.scale};
+  } else {
+    std::unique_lock lock(store_.mutex());
+    store_[p].value.copy_(q.values);
+    store_[p].scale.copy_(q.scale);
+    wrote_live_ = true;
+  }
+}
+
+bool LayerwiseReload::received_everything() const {
+  return received_count_ == received_.size();
+}
+
+std::vector<std::string> LayerwiseReload::missing_names(bool require_complete) const {
+  const auto& mapping = store_.mapping();
+  std::vector<std::string> missing;
+  for (int g = 0; g < mapping.num_groups(); ++g) {
+    const auto& slots = mapping.slots_of_group(g);
+    bool touched =
+        std::any_of(slots.begin(), slots.end(), [&](std::size_t s) { return received_[s]; });
+    for (std::size_t s : slots) {
+      if (received_[s]) continue;
+      // An untouched layer keeps its old weights; a touched one keeps the old values of what it
+      // did not receive only where those are held exactly.
+      bool lossy = store_.quantized(mapping.slots()[s].param);
+      if (require_complete || (touched && lossy)) missing.push_back(mapping.slots()[s].name);
+    }
+  }
+  return missing;
+}
+
+void LayerwiseReload::finish(bool require_complete) {
+  auto missing = missing_names(require_complete);
+  if (!missing.empty()) {
+    abort();
+    std::string list;
+    for (std::size_t i = 0; i < missing.size() && i < 8; ++i) {
+      list += (i ? ", " : "") + missing[i];
+    }
+    if (missing.size() > 8) list += ", and " + std::to_string(missing.size() - 8) + " more";
+    throw protocol::ValueError(
+        require_complete
+            ? "the checkpoint is missing " + std::to_string(missing.size()) + " tensors: " + list
+            : "the update delivered only part of a layer whose runtime storage is int8-quantized, "
+              "so the old values of the rest cannot be kept; missing " +
+                  list);
+  }
+  if (mode_ == UpdateMode::kStaged) {
+    std::unique_lock lock(store_.mutex());
+    for (std::size_t p = 0; p < shadow_.size(); ++p) {
+      if (!shadow_[p]) continue;
+      store_[p].value = std::move(shadow_[p]->value);
+      if (shadow_[p]->scale.defined()) store_[p].scale = std::move(shadow_[p]->scale);
+    }
+  }
+  abort();  // releases the shadows (now empty) and staging
+}
+
+void LayerwiseReload::abort() {
+  for (auto& s : shadow_)
+    s.reset();
+  for (auto& s : staging_)
+    s = at::Tensor();
+}
+
+}  // namespace hotswap::model_loader

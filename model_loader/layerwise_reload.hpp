@@ -1,0 +1,71 @@
+// LayerwiseReload: one weight-update session over a ParameterStore (vLLM's layerwise reload,
+// start → loads → finish), in either of two modes:
+//
+// - staged: every touched runtime parameter gets a shadow (a copy of the live tensor, so the
+//   rows a round does not deliver keep their old values); loads land in the shadow while
+//   generation keeps reading the live tensors; finish swaps all shadows in at once. An error or
+//   an abort drops the shadows: the live weights are untouched.
+// - inplace: loads land in the live tensors (generation must be paused); a failure leaves the
+//   model partly updated, which the model reports as dirty.
+//
+// Checkpoint tensors may arrive in any order and in any number of load calls. A quantized
+// parameter is staged in the runtime dtype until all of its checkpoint tensors have arrived and
+// is quantized right then (its layer's post-load processing). At finish, a layer that received
+// nothing keeps its old weights; one that received part of its tensors keeps the old values of
+// the rest where the runtime storage holds them exactly, and is otherwise an error naming the
+// missing tensors (vLLM would copy uninitialized memory there; hotswap never does).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model_loader/loadable_model.hpp"
+#include "model_loader/parameter_store.hpp"
+
+namespace hotswap::model_loader {
+
+enum class UpdateMode { kStaged, kInplace };
+
+UpdateMode update_mode_from_name(std::string_view name);  // "staged" | "inplace"
+
+class LayerwiseReload {
+ public:
+  LayerwiseReload(ParameterStore& store, UpdateMode mode);
+
+  // Validates every (name, tensor) of the call first (known name, matching shape, floating
+  // dtype) and only then writes any byte. Tensors are copied: the caller may reuse its buffers.
+  void load(const std::vector<NamedTensor>& weights);
+
+  // Processes what is pending, checks every touched layer, and (staged) commits. With
+  // `require_complete`, every checkpoint tensor of the model must have arrived. Throws a
+  // ValueError naming the missing tensors; in staged mode nothing was changed then.
+  void finish(bool require_complete);
+
+  // Drops whatever the session staged. Inplace writes already made stay made.
+  void abort();
+
+  UpdateMode mode() const { return mode_; }
+  // Inplace: whether any live tensor has been written.
+  bool wrote_live() const { return wrote_live_; }
+  // Whether every checkpoint tensor of the model arrived in this session.
+  bool received_everything() const;
+  std::size_t received_count() const { return received_count_; }
+
+ private:
+  void write_slot(std::size_t slot, const at::Tensor& tensor);
+  void process_param(std::size_t param);  // quantize a completed int8 parameter
+  std::vector<std::string> missing_names(bool require_complete) const;
+
+  ParameterStore& store_;
+  UpdateMode mode_;
+  std::vector<bool> received_;  // per checkpoint slot
+  std::size_t received_count_ = 0;
+  std::vector<std::optional<RuntimeTensor>> shadow_;  // staged: per runtime parameter
+  std::vector<at::Tensor> staging_;                   // int8 parameters awaiting their last slot
+  bool wrote_live_ = false;
+};
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,391 @@
+#include "model_loader/llama_model.hpp"
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <thread>
+
+#include "model_loader/int8_quantization.hpp"
+#include "protocol/errors.hpp"
+#include "transport/tensor_digest.hpp"
+#include "transport/torch_dtype.hpp"
+
+namespace hotswap::model_loader {
+namespace {
+
+// HF's inverse frequencies, with Llama 3.1's frequency-dependent scaling when configured.
+at::Tensor rope_inverse_frequencies(const ModelConfig& c) {
+  at::Tensor exponents =
+      at::arange(0, c.head_dim, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) /
+      static_cast<double>(c.head_dim);
+  at::Tensor inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
+  if (!c.rope_scaling) return inv_freq;
+  const auto& s = *c.rope_scaling;
+  const double old_context = static_cast<double>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / s.low_freq_factor;
+  const double high_freq_wavelen = old_context / s.high_freq_factor;
+  at::Tensor wavelen = 2.0 * std::numbers::pi / inv_freq;
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  at::Tensor smooth =
+      (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  at::Tensor medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return at::where(medium, smoothed, scaled);
+}
+
+// HF's rotate_half: (x1, x2) → (-x2, x1) over the two halves of the last dimension.
+at::Tensor rotate_half(const at::Tensor& x) {
+  auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+std::shared_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& directory,
+                                             const ModelOptions& options) {
+  auto config = ModelConfig::load(directory);
+  auto checkpoint = Checkpoint::open(directory);
+  auto model = std::make_shared<LlamaModel>(config, options);
+  model->load_checkpoint(checkpoint);
+  return model;
+}
+
+LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      mapping_(config_),
+      store_(mapping_, transport::to_scalar_type(options_.dtype.value_or(config_.torch_dtype)),
+             options_.device, options_.quantize_int8) {
+  // libtorch starts with one thread on some machines; generation should use every core.
+  at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // Half-precision matmuls are not implemented for the CPU in older libtorch: compute in
+  // float32 there, keeping float16 storage.
+  compute_dtype_ = store_.dtype();
+  if (compute_dtype_ == at::kHalf && options_.device.is_cpu()) compute_dtype_ = at::kFloat;
+  inv_freq_ = rope_inverse_frequencies(config_);
+
+  auto index = [&](const std::string& name) { return mapping_.param_index(name); };
+  auto optional = [&](const std::string& name, bool present) {
+    return present ? index(name) : kNone;
+  };
+  embed_ = index("model.embed_tokens.weight");
+  final_norm_ = index("model.norm.weight");
+  lm_head_ = config_.tie_word_embeddings ? embed_ : index("lm_head.weight");
+  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    layers_.push_back(LayerParams{
+        index(p + "input_layernorm.weight"),
+        index(p + "self_attn.qkv_proj.weight"),
+        optional(p + "self_attn.qkv_proj.bias", config_.qkv_bias),
+        index(p + "self_attn.o_proj.weight"),
+        optional(p + "self_attn.o_proj.bias", config_.o_proj_bias),
+        optional(p + "self_attn.q_norm.weight", config_.qk_norm),
+        optional(p + "self_attn.k_norm.weight", config_.qk_norm),
+        index(p + "post_attention_layernorm.weight"),
+        index(p + "mlp.gate_up_proj.weight"),
+        index(p + "mlp.down_proj.weight"),
+    });
+  }
+}
+
+// ---- weights -------------------------------------------------------------------------------
+
+void LlamaModel::load_checkpoint(const Checkpoint& checkpoint) {
+  std::lock_guard lock(reload_mutex_);
+  if (reload_) throw protocol::RuntimeError("cannot load a checkpoint during a weight update");
+  LayerwiseReload session(store_, UpdateMode::kInplace);
+  for (const auto& name : checkpoint.names()) {
+    at::Tensor tensor = checkpoint.tensor(name);
+    session.load({{name, tensor}});
+    checkpoint_dtypes_[name] = tensor.scalar_type();
+  }
+  session.finish(/*require_complete=*/true);
+  dirty_ = false;
+}
+
+void LlamaModel::start_reload() {
+  std::lock_guard lock(reload_mutex_);
+  if (reload_) throw protocol::RuntimeError("a weight reload is already active");
+  reload_ = std::make_unique<LayerwiseReload>(store_, options_.update_mode);
+  dirty_before_session_ = dirty_;
+}
+
+void LlamaModel::load_weights(const std::vector<NamedTensor>& weights) {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) {
+    throw protocol::RuntimeError("load_weights called outside a weight reload; start one first");
+  }
+  try {
+    reload_->load(weights);
+  } catch (...) {
+    if (reload_->wrote_live()) dirty_ = true;
+    throw;
+  }
+  if (reload_->wrote_live()) dirty_ = true;
+  for (const auto& [name, tensor] : weights) {
+    if (mapping_.find(name) != nullptr) checkpoint_dtypes_[name] = tensor.scalar_type();
+  }
+}
+
+void LlamaModel::finish_reload() {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) throw protocol::RuntimeError("finish_reload called without an active reload");
+  auto session = std::move(reload_);
+  // A dirty model comes clean only from a session that delivered every tensor.
+  bool cleans = !dirty_before_session_ || session->received_everything();
+  try {
+    session->finish(/*require_complete=*/false);
+  } catch (...) {
+    if (session->wrote_live()) dirty_ = true;
+    throw;
+  }
+  if (session->mode() == UpdateMode::kInplace) dirty_ = !cleans;
+}
+
+void LlamaModel::abort_reload() {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) return;
+  if (reload_->wrote_live()) dirty_ = true;
+  reload_->abort();
+  reload_.reset();
+}
+
+bool LlamaModel::reload_active() const {
+  std::lock_guard lock(reload_mutex_);
+  return reload_ != nullptr;
+}
+
+bool LlamaModel::is_dirty() const {
+  std::lock_guard lock(reload_mutex_);
+  return dirty_;
+}
+
+// ---- forward -------------------------------------------------------------------------------
+
+at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param) const {
+  const auto& t = store_[param];
+  if (t.scale.defined()) return int8_linear(x, t.value, t.scale);
+  return at::matmul(x, t.value.to(x.scalar_type()).t());
+}
+
+// HF's RMSNorm: normalize in float32, cast back, then scale by the weight.
+at::Tensor LlamaModel::rms_norm(const at::Tensor& x, std::size_t param) const {
+  at::Tensor h = x.to(at::kFloat);
+  at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * at::rsqrt(variance + config_.rms_norm_eps);
+  return store_[param].value.to(x.scalar_type()) * h.to(x.scalar_type());
+}
+
+void LlamaModel::ensure_rope_table(std::int64_t positions) const {
+  std::lock_guard lock(rope_mutex_);
+  if (cos_.defined() && cos_.size(0) >= positions) return;
+  std::int64_t n = std::max<std::int64_t>(positions, config_.max_position_embeddings);
+  at::Tensor t = at::arange(n, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor freqs = t.unsqueeze(1) * inv_freq_.unsqueeze(0);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  cos_ = emb.cos();
+  sin_ = emb.sin();
+}
+
+void LlamaModel::apply_rope(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const {
+  // q: [N, heads, head_dim], k: [N, kv_heads, head_dim]
+  ensure_rope_table(positions.max().item<std::int64_t>() + 1);
+  at::Tensor cos, sin;
+  {
+    std::lock_guard lock(rope_mutex_);
+    cos = at::index_select(cos_, 0, positions).to(q.scalar_type()).unsqueeze(1);
+    sin = at::index_select(sin_, 0, positions).to(q.scalar_type()).unsqueeze(1);
+  }
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
+                               bool all_positions) const {
+  const auto& c = config_;
+  const std::int64_t n = tokens.size(0);
+  const std::int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const std::int64_t hd = c.head_dim, group = heads / kv_heads;
+  const double scaling = 1.0 / std::sqrt(static_cast<double>(hd));
+  auto options = at::TensorOptions().dtype(compute_dtype_).device(store_.device());
+
+  std::int64_t total = 0;
+  std::vector<std::int64_t> position_list;
+  position_list.reserve(static_cast<std::size_t>(n));
+  for (auto& s : slices) {
+    if (s.cache == nullptr || s.num_tokens <= 0) {
+      throw protocol::ValueError("every forward slice needs a cache and at least one token");
+    }
+    for (std::int64_t i = 0; i < s.num_tokens; ++i)
+      position_list.push_back(s.cache->length + i);
+    total += s.num_tokens;
+  }
+  if (total != n) {
+    throw protocol::ValueError("forward: slices cover " + std::to_string(total) + " tokens but " +
+                               std::to_string(n) + " were given");
+  }
+  at::Tensor positions =
+      at::tensor(position_list, at::TensorOptions().dtype(at::kLong)).to(store_.device());
+  at::Tensor ids = tokens.to(at::kLong).to(store_.device());
+  if (ids.numel() > 0 &&
+      (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= c.vocab_size)) {
+    throw protocol::ValueError("token ids must be in 0.." + std::to_string(c.vocab_size - 1));
+  }
+
+  // Caches grow before the weights are read, so a step never reallocates mid-layer.
+  for (auto& s : slices) {
+    KvCache& cache = *s.cache;
+    std::int64_t needed = cache.length + s.num_tokens;
+    if (needed > cache.capacity()) {
+      std::int64_t capacity = std::max<std::int64_t>(needed, 2 * cache.capacity());
+      capacity = std::max<std::int64_t>(capacity, 16);
+      for (int l = 0; l < c.num_hidden_layers; ++l) {
+        at::Tensor k = at::zeros({kv_heads, capacity, hd}, options);
+        at::Tensor v = at::zeros({kv_heads, capacity, hd}, options);
+        if (cache.length > 0) {
+          k.narrow(1, 0, cache.length).copy_(cache.keys[l].narrow(1, 0, cache.length));
+          v.narrow(1, 0, cache.length).copy_(cache.values[l].narrow(1, 0, cache.length));
+        }
+        if (cache.keys.size() <= static_cast<std::size_t>(l)) {
+          cache.keys.push_back(k);
+          cache.values.push_back(v);
+        } else {
+          cache.keys[l] = k;
+          cache.values[l] = v;
+        }
+      }
+    }
+  }
+
+  // One step reads one consistent set of weights: a staged commit waits for it to end.
+  std::shared_lock weights_lock(store_.mutex());
+  at::Tensor h = at::index_select(store_[embed_].value, 0, ids).to(compute_dtype_);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerParams& p = layers_[l];
+    at::Tensor x = rms_norm(h, p.input_norm);
+    at::Tensor qkv = linear(x, p.qkv);
+    if (p.qkv_bias != kNone) qkv = qkv + store_[p.qkv_bias].value.to(compute_dtype_);
+    at::Tensor q = qkv.narrow(1, 0, heads * hd).reshape({n, heads, hd});
+    at::Tensor k = qkv.narrow(1, heads * hd, kv_heads * hd).reshape({n, kv_heads, hd});
+    at::Tensor v = qkv.narrow(1, (heads + kv_heads) * hd, kv_heads * hd).reshape({n, kv_heads, hd});
+    if (p.q_norm != kNone) {
+      q = rms_norm(q, p.q_norm);
+      k = rms_norm(k, p.k_norm);
+    }
+    apply_rope(q, k, positions);
+
+    std::vector<at::Tensor> outputs;
+    outputs.reserve(slices.size());
+    std::int64_t offset = 0;
+    for (auto& s : slices) {
+      KvCache& cache = *s.cache;
+      const std::int64_t len = s.num_tokens, start = cache.length, keys = start + len;
+      cache.keys[l].narrow(1, start, len).copy_(k.narrow(0, offset, len).transpose(0, 1));
+      cache.values[l].narrow(1, start, len).copy_(v.narrow(0, offset, len).transpose(0, 1));
+      at::Tensor kk = cache.keys[l].narrow(1, 0, keys);
+      at::Tensor vv = cache.values[l].narrow(1, 0, keys);
+      if (group > 1) {  // GQA: query head i reads kv head i / group
+        kk = kk.unsqueeze(1).expand({kv_heads, group, keys, hd}).reshape({heads, keys, hd});
+        vv = vv.unsqueeze(1).expand({kv_heads, group, keys, hd}).reshape({heads, keys, hd});
+      }
+      at::Tensor qq = q.narrow(0, offset, len).transpose(0, 1);  // [heads, len, hd]
+      at::Tensor scores = at::matmul(qq, kk.transpose(1, 2)).to(at::kFloat) * scaling;
+      if (len > 1 || c.sliding_window) {
+        at::Tensor query_pos = at::arange(start, keys, at::TensorOptions().dtype(at::kLong));
+        at::Tensor key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong));
+        at::Tensor blocked = key_pos.unsqueeze(0) > query_pos.unsqueeze(1);
+        if (c.sliding_window) {
+          blocked = blocked.logical_or(query_pos.unsqueeze(1) - key_pos.unsqueeze(0) >=
+                                       *c.sliding_window);
+        }
+        scores = scores.masked_fill(blocked.to(scores.device()).unsqueeze(0),
+                                    -std::numeric_limits<float>::infinity());
+      }
+      at::Tensor probs = at::softmax(scores, -1).to(compute_dtype_);
+      outputs.push_back(at::matmul(probs, vv).transpose(0, 1).reshape({len, heads * hd}));
+      offset += len;
+    }
+    at::Tensor attn = outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
+    at::Tensor o = linear(attn, p.o);
+    if (p.o_bias != kNone) o = o + store_[p.o_bias].value.to(compute_dtype_);
+    h = h + o;
+
+    x = rms_norm(h, p.post_norm);
+    at::Tensor gate_up = linear(x, p.gate_up);
+    const std::int64_t inter = c.intermediate_size;
+    at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    h = h + linear(m, p.down);
+  }
+  for (auto& s : slices)
+    s.cache->length += s.num_tokens;
+
+  if (!all_positions) {
+    std::vector<std::int64_t> last;
+    std::int64_t offset = 0;
+    for (const auto& s : slices) {
+      offset += s.num_tokens;
+      last.push_back(offset - 1);
+    }
+    h = at::index_select(
+        h, 0, at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store_.device()));
+  }
+  h = rms_norm(h, final_norm_);
+  return linear(h, lm_head_).to(at::kFloat);
+}
+
+// ---- checksums -----------------------------------------------------------------------------
+
+std::map<std::string, std::string> LlamaModel::runtime_checksums(
+    const std::string& key_prefix) const {
+  std::shared_lock lock(store_.mutex());
+  std::map<std::string, std::string> out;
+  const auto& params = mapping_.runtime_params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    out[key_prefix + params[i].name] = transport::sha256_hex(store_[i].value);
+    if (store_[i].scale.defined()) {
+      out[key_prefix + params[i].name + "_scale"] = transport::sha256_hex(store_[i].scale);
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> LlamaModel::checkpoint_checksums() const {
+  if (store_.quantize_int8()) {
+    throw protocol::ValueError(
+        "checkpoint-format checksums need exact runtime storage, but this model's linear "
+        "weights are int8-quantized (lossy); compare runtime checksums instead");
+  }
+  std::map<std::string, c10::ScalarType> dtypes;
+  {
+    std::lock_guard lock(reload_mutex_);
+    dtypes = checkpoint_dtypes_;
+  }
+  std::shared_lock lock(store_.mutex());
+  std::map<std::string, std::string> out;
+  for (const auto& slot : mapping_.slots()) {
+    at::Tensor rows = store_[slot.param].value.narrow(0, slot.row_offset, slot.shape[0]);
+    auto it = dtypes.find(slot.name);
+    c10::ScalarType dtype =
+        it != dtypes.end() ? it->second : transport::to_scalar_type(config_.torch_dtype);
+    out[slot.name] = transport::sha256_hex(rows.to(dtype));
+  }
+  return out;
+}
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,44 @@
+// MappedFile: RAII over an open file and its mmap. Read-only mappings back zero-copy tensor
+// views of a checkpoint; writable ones let a writer fill a new file in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hotswap::model_loader {
+
+class MappedFile {
+ public:
+  // Maps an existing file read-only. An empty file maps to no memory (data() is null).
+  static MappedFile open_read_only(const std::string& path);
+  // Creates (or truncates) `path` with `size` bytes and maps it writable and shared.
+  static MappedFile create(const std::string& path, std::size_t size);
+
+  MappedFile() = default;  // maps nothing
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::uint8_t* data() const { return data_; }
+  std::uint8_t* mutable_data() { return data_; }
+  std::size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+  // Flushes a writable mapping to the file (msync).
+  void sync();
+
+ private:
+  MappedFile(std::string path, int fd, std::uint8_t* data, std::size_t size)
+      : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
+  void release() noexcept;
+
+  std::string path_;
+  int fd_ = -1;
+  std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace hotswap::model_loader

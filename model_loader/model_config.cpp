@@ -1,0 +1,252 @@
+#include "model_loader/model_config.hpp"
+
+#include <array>
+#include <fstream>
+
+#include "protocol/errors.hpp"
+
+namespace hotswap::model_loader {
+namespace {
+
+using nlohmann::json;
+
+struct ArchNames {
+  Architecture architecture;
+  std::string_view hf_name;
+  std::string_view model_type;
+};
+
+constexpr std::array kArchitectures{
+    ArchNames{Architecture::kLlama, "LlamaForCausalLM", "llama"},
+    ArchNames{Architecture::kMistral, "MistralForCausalLM", "mistral"},
+    ArchNames{Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
+    ArchNames{Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
+};
+
+// Messages name the field; from_json and load say which file.
+[[noreturn]] void unsupported(const std::string& what) {
+  throw protocol::ValueError(what);
+}
+
+std::int64_t positive_int(const json& config, const char* key,
+                          std::optional<std::int64_t> fallback) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    unsupported(std::string("`") + key + "` is required");
+  }
+  if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
+    unsupported(std::string("`") + key + "` must be a positive integer, got " + it->dump());
+  }
+  return it->get<std::int64_t>();
+}
+
+double number(const json& config, const char* key, double fallback) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_number())
+    unsupported(std::string("`") + key + "` must be a number, got " + it->dump());
+  return it->get<double>();
+}
+
+bool flag(const json& config, const char* key, bool fallback) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) unsupported(std::string("`") + key + "` must be true or false");
+  return it->get<bool>();
+}
+
+// `rope_scaling` (v4) or `rope_parameters` (v5): null/default, or llama3.
+void read_rope(const json& config, ModelConfig& out) {
+  out.rope_theta = number(config, "rope_theta", 10000.0);
+  const json* rope = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = config.find(key);
+    if (it != config.end() && !it->is_null()) {
+      rope = &*it;
+      break;
+    }
+  }
+  if (rope == nullptr) return;
+  if (!rope->is_object()) unsupported("`rope_scaling` must be an object, got " + rope->dump());
+  out.rope_theta = number(*rope, "rope_theta", out.rope_theta);
+  std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
+  if (type == "default") return;
+  if (type != "llama3") {
+    unsupported("rope type '" + type + "' is not supported (hotswap supports default and llama3)");
+  }
+  Llama3RopeScaling s;
+  s.factor = number(*rope, "factor", s.factor);
+  s.low_freq_factor = number(*rope, "low_freq_factor", s.low_freq_factor);
+  s.high_freq_factor = number(*rope, "high_freq_factor", s.high_freq_factor);
+  s.original_max_position_embeddings =
+      positive_int(*rope, "original_max_position_embeddings", s.original_max_position_embeddings);
+  if (s.low_freq_factor >= s.high_freq_factor) {
+    unsupported("llama3 rope scaling needs low_freq_factor < high_freq_factor");
+  }
+  out.rope_scaling = s;
+}
+
+}  // namespace
+
+Architecture architecture_from_short_name(std::string_view name) {
+  for (const auto& a : kArchitectures) {
+    if (a.model_type == name) return a.architecture;
+  }
+  throw protocol::ValueError("unknown architecture '" + std::string(name) +
+                             "' (expected llama, mistral, qwen2 or qwen3)");
+}
+
+std::string_view architecture_hf_name(Architecture architecture) {
+  for (const auto& a : kArchitectures) {
+    if (a.architecture == architecture) return a.hf_name;
+  }
+  return "?";
+}
+
+std::string_view ModelConfig::architecture_name() const {
+  return architecture_hf_name(architecture);
+}
+
+static ModelConfig parse(const json& config) {
+  if (!config.is_object()) unsupported("expected a JSON object");
+  ModelConfig out;
+  auto archs = config.find("architectures");
+  if (archs == config.end() || !archs->is_array() || archs->size() != 1 ||
+      !(*archs)[0].is_string()) {
+    unsupported("`architectures` must list exactly one architecture");
+  }
+  std::string arch = (*archs)[0].get<std::string>();
+  bool known = false;
+  for (const auto& a : kArchitectures) {
+    if (a.hf_name == arch) {
+      out.architecture = a.architecture;
+      known = true;
+    }
+  }
+  if (!known) {
+    unsupported("architecture '" + arch +
+                "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                "Qwen3ForCausalLM are)");
+  }
+
+  out.hidden_size = positive_int(config, "hidden_size", std::nullopt);
+  out.intermediate_size = positive_int(config, "intermediate_size", std::nullopt);
+  out.num_hidden_layers = positive_int(config, "num_hidden_layers", std::nullopt);
+  out.num_attention_heads = positive_int(config, "num_attention_heads", std::nullopt);
+  out.num_key_value_heads = positive_int(config, "num_key_value_heads", out.num_attention_heads);
+  out.vocab_size = positive_int(config, "vocab_size", std::nullopt);
+  out.max_position_embeddings = positive_int(config, "max_position_embeddings", 2048);
+  if (out.num_attention_heads % out.num_key_value_heads != 0) {
+    unsupported("num_attention_heads " + std::to_string(out.num_attention_heads) +
+                " is not a multiple of num_key_value_heads " +
+                std::to_string(out.num_key_value_heads));
+  }
+  if (out.hidden_size % out.num_attention_heads != 0 && !config.contains("head_dim")) {
+    unsupported("hidden_size is not a multiple of num_attention_heads and no head_dim is given");
+  }
+  out.head_dim = positive_int(config, "head_dim", out.hidden_size / out.num_attention_heads);
+  if (out.head_dim % 2 != 0) unsupported("head_dim must be even for rotary embeddings");
+  out.rms_norm_eps = number(config, "rms_norm_eps", 1e-6);
+  read_rope(config, out);
+  out.tie_word_embeddings = flag(config, "tie_word_embeddings", false);
+
+  std::string act = config.value("hidden_act", std::string("silu"));
+  if (act != "silu") unsupported("hidden_act '" + act + "' is not supported (silu is)");
+  if (flag(config, "mlp_bias", false)) unsupported("mlp_bias=true is not supported");
+
+  bool attention_bias = flag(config, "attention_bias", false);
+  switch (out.architecture) {
+    case Architecture::kQwen2:
+      out.qkv_bias = true;  // Qwen2 always has q/k/v biases and no o_proj bias
+      break;
+    case Architecture::kQwen3:
+      out.qk_norm = true;
+      out.qkv_bias = attention_bias;
+      out.o_proj_bias = attention_bias;
+      break;
+    default:
+      out.qkv_bias = attention_bias;
+      out.o_proj_bias = attention_bias;
+  }
+  if (out.architecture == Architecture::kQwen2 || out.architecture == Architecture::kQwen3) {
+    if (flag(config, "use_sliding_window", false)) {
+      unsupported("use_sliding_window=true is not supported");
+    }
+  } else if (auto w = config.find("sliding_window"); w != config.end() && !w->is_null()) {
+    out.sliding_window = positive_int(config, "sliding_window", std::nullopt);
+  }
+
+  std::string dtype = "float32";
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    auto it = config.find(key);
+    if (it != config.end() && it->is_string()) {
+      dtype = it->get<std::string>();
+      break;
+    }
+  }
+  out.torch_dtype = protocol::dtype_from_name(dtype);
+  if (!protocol::is_floating_point(out.torch_dtype) || protocol::item_size(out.torch_dtype) < 2) {
+    unsupported("dtype '" + dtype + "' is not supported (float32, bfloat16, float16 are)");
+  }
+  return out;
+}
+
+ModelConfig ModelConfig::from_json(const json& config) {
+  try {
+    return parse(config);
+  } catch (const protocol::ValueError& e) {
+    throw protocol::ValueError(std::string("config.json: ") + e.what());
+  }
+}
+
+ModelConfig ModelConfig::load(const std::filesystem::path& directory) {
+  auto path = directory / "config.json";
+  std::ifstream in(path);
+  if (!in) throw protocol::ValueError("cannot read " + path.string());
+  auto config = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) throw protocol::ValueError(path.string() + " is not valid JSON");
+  try {
+    return parse(config);
+  } catch (const protocol::ValueError& e) {
+    throw protocol::ValueError(path.string() + ": " + e.what());
+  }
+}
+
+json ModelConfig::to_json() const {
+  json out = {
+      {"architectures", {architecture_name()}},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"vocab_size", vocab_size},
+      {"max_position_embeddings", max_position_embeddings},
+      {"rms_norm_eps", rms_norm_eps},
+      {"rope_theta", rope_theta},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"hidden_act", "silu"},
+      {"torch_dtype", protocol::dtype_name(torch_dtype)},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+  };
+  for (const auto& a : kArchitectures) {
+    if (a.architecture == architecture) out["model_type"] = a.model_type;
+  }
+  if (architecture != Architecture::kQwen2) out["attention_bias"] = qkv_bias;
+  if (sliding_window) out["sliding_window"] = *sliding_window;
+  if (architecture == Architecture::kMistral && !sliding_window) out["sliding_window"] = nullptr;
+  if (rope_scaling) {
+    out["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", rope_scaling->factor},
+        {"low_freq_factor", rope_scaling->low_freq_factor},
+        {"high_freq_factor", rope_scaling->high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
+  }
+  return out;
+}
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,51 @@
+// ParameterStore: a model's live runtime tensors, by runtime parameter (see WeightMapping).
+// A quantized parameter holds int8 values and a float32 scale per output row; every other
+// parameter holds the runtime dtype. Forward passes read under a shared lock; a commit swaps
+// tensors in under the exclusive lock, so generation sees either the old or the new weights,
+// never a mix, and switches between two forward steps.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <shared_mutex>
+#include <vector>
+
+#include "model_loader/weight_mapping.hpp"
+
+namespace hotswap::model_loader {
+
+struct RuntimeTensor {
+  at::Tensor value;
+  at::Tensor scale;  // int8-quantized parameters only: float32 [rows]
+};
+
+class ParameterStore {
+ public:
+  // Allocates every runtime tensor (uninitialized) on `device`.
+  ParameterStore(const WeightMapping& mapping, c10::ScalarType dtype, c10::Device device,
+                 bool quantize_int8);
+
+  const WeightMapping& mapping() const { return mapping_; }
+  c10::ScalarType dtype() const { return dtype_; }
+  const c10::Device& device() const { return device_; }
+  bool quantize_int8() const { return quantize_int8_; }
+  // Whether `param` is held as int8 + scale (a lossy runtime format).
+  bool quantized(std::size_t param) const;
+
+  RuntimeTensor& operator[](std::size_t param) { return tensors_[param]; }
+  const RuntimeTensor& operator[](std::size_t param) const { return tensors_[param]; }
+  std::shared_mutex& mutex() const { return mutex_; }
+  // Bytes held by the live runtime tensors.
+  std::uint64_t nbytes() const;
+
+ private:
+  const WeightMapping& mapping_;
+  c10::ScalarType dtype_;
+  c10::Device device_;
+  bool quantize_int8_;
+  std::vector<RuntimeTensor> tensors_;
+  mutable std::shared_mutex mutex_;
+};
+
+}  // namespace hotswap::model_loader

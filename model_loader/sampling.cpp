@@ -1,0 +1,60 @@
+#include "model_loader/sampling.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/multinomial.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <random>
+
+#include "protocol/errors.hpp"
+
+namespace hotswap::model_loader {
+
+void SamplingParams::validate() const {
+  if (max_tokens < 1) {
+    throw protocol::ValueError("max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  }
+  if (!(temperature >= 0.0)) {
+    throw protocol::ValueError("temperature must be non-negative, got " +
+                               std::to_string(temperature));
+  }
+  if (!(top_p > 0.0 && top_p <= 1.0)) {
+    throw protocol::ValueError("top_p must be in (0, 1], got " + std::to_string(top_p));
+  }
+}
+
+at::Generator make_cpu_generator(std::optional<std::uint64_t> seed) {
+  std::uint64_t s =
+      seed ? *seed
+           : (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  return at::make_generator<at::CPUGeneratorImpl>(s);
+}
+
+SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params,
+                          at::Generator& generator) {
+  at::Tensor row = logits.to(at::kFloat).to(c10::Device(c10::kCPU)).reshape({-1});
+  at::Tensor logprobs = at::log_softmax(row, -1);
+  std::int64_t token = 0;
+  if (params.temperature == 0.0) {
+    token = at::argmax(row).item<std::int64_t>();
+  } else {
+    at::Tensor probs = at::softmax(row / params.temperature, -1);
+    if (params.top_p < 1.0) {
+      auto [sorted, order] = at::sort(probs, /*dim=*/-1, /*descending=*/true);
+      // Keep a token while the mass before it is under top_p: the first always stays.
+      at::Tensor before = at::cumsum(sorted, -1) - sorted;
+      sorted = sorted.masked_fill(before >= params.top_p, 0.0);
+      probs = at::zeros_like(probs).scatter_(0, order, sorted);
+    }
+    token = at::multinomial(probs, 1, /*replacement=*/false, generator).item<std::int64_t>();
+  }
+  return {token, logprobs[token].item<double>()};
+}
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,37 @@
+// Sampling of the next token from a row of logits, with vLLM's parameters. The logprob reported
+// for a token is the log-softmax of the raw logits (before temperature) at its position.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace hotswap::model_loader {
+
+struct SamplingParams {
+  std::int64_t max_tokens = 16;
+  double temperature = 1.0;  // 0 is greedy
+  double top_p = 1.0;        // nucleus: the smallest set of tokens holding this much probability
+  std::optional<std::uint64_t> seed;
+  std::vector<std::int64_t> stop_token_ids;
+
+  // ValueError naming the field on a value out of range.
+  void validate() const;
+};
+
+struct SampledToken {
+  std::int64_t token = 0;
+  double logprob = 0.0;
+};
+
+// `generator` is a CPU generator (only used when temperature > 0).
+SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params,
+                          at::Generator& generator);
+
+// A CPU generator seeded with `seed`, or from the OS when there is none.
+at::Generator make_cpu_generator(std::optional<std::uint64_t> seed);
+
+}  // namespace hotswap::model_loader
