@@ -3,6 +3,9 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <string>
 
 // Checks that `statement` throws `Exception` whose what() contains `needle`.
@@ -13,3 +16,19 @@
     if (!found) BOOST_TEST_MESSAGE("message was: " << what << " | wanted: " << (needle)); \
     return found;                                                                         \
   })
+
+namespace hotswap::testing {
+
+// A temporary directory, removed with everything in it on every exit path.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "hotswap-test-XXXXXX").string();
+    path = mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+}  // namespace hotswap::testing

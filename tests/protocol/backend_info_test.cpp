@@ -38,16 +38,6 @@ json ipc_base() {
   return {{"names", {"a", "b"}}, {"dtype_names", {"float32", "float16"}}, {"shapes", {{4}, {3}}}};
 }
 
-// A temporary directory removed on every exit path.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "hotswap-test-XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(backend_info)
@@ -178,7 +168,7 @@ BOOST_AUTO_TEST_CASE(shm_update_info_is_the_metadata_of_the_round) {
 }
 
 BOOST_AUTO_TEST_CASE(disk_update_info_checks_the_directory_with_vllms_messages) {
-  TempDir dir;
+  hotswap::testing::TempDir dir;
   HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", ""}}), ValueError,
                           "`path` must be a non-empty absolute local directory");
   HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", "relative/dir"}}), ValueError,

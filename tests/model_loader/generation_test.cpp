@@ -1,0 +1,127 @@
+#include "model_loader/generation.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/log_softmax.h>
+
+#include "model_test_support.hpp"
+#include "protocol/errors.hpp"
+
+using namespace hotswap;
+using model_loader::Architecture;
+using model_loader::SamplingParams;
+
+namespace {
+
+const std::vector<std::int64_t> kPrompt = {3, 17, 42, 5, 9};
+
+struct Fixture {
+  testing::CheckpointDir ckpt{testing::tiny_config(Architecture::kLlama), 300};
+  std::shared_ptr<model_loader::LlamaModel> model = ckpt.load();
+};
+
+SamplingParams sampled(std::uint64_t seed, std::int64_t max_tokens = 12) {
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.seed = seed;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(generation)
+
+BOOST_FIXTURE_TEST_CASE(sampling_is_deterministic_for_a_seed, Fixture) {
+  auto a = model_loader::generate(*model, {kPrompt}, sampled(7)).at(0);
+  auto b = model_loader::generate(*model, {kPrompt}, sampled(7)).at(0);
+  auto c = model_loader::generate(*model, {kPrompt}, sampled(8)).at(0);
+  BOOST_TEST(a.token_ids == b.token_ids);
+  BOOST_TEST(a.logprobs == b.logprobs);
+  BOOST_TEST(a.token_ids != c.token_ids);
+  BOOST_TEST(a.finish_reason == "length");
+  BOOST_TEST(a.token_ids.size() == 12u);
+}
+
+BOOST_FIXTURE_TEST_CASE(greedy_picks_the_argmax_and_reports_raw_logprobs, Fixture) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  auto result = model_loader::generate(*model, {kPrompt}, greedy).at(0);
+  std::vector<std::int64_t> all = kPrompt;
+  all.insert(all.end(), result.token_ids.begin(), result.token_ids.end());
+  at::Tensor logprobs = at::log_softmax(testing::model_logits(*model, all), -1);
+  for (std::size_t i = 0; i < result.token_ids.size(); ++i) {
+    auto row = logprobs[static_cast<std::int64_t>(kPrompt.size() + i - 1)];
+    BOOST_TEST(at::argmax(row).item<std::int64_t>() == result.token_ids[i]);
+    BOOST_TEST(std::abs(row[result.token_ids[i]].item<double>() - result.logprobs[i]) < 1e-5);
+  }
+  // Scoring the same continuation gives the same logprobs.
+  auto scored = model_loader::score(*model, kPrompt, result.token_ids);
+  for (std::size_t i = 0; i < scored.size(); ++i) {
+    BOOST_TEST(std::abs(scored[i] - result.logprobs[i]) < 1e-5);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(logprobs_are_taken_before_temperature, Fixture) {
+  auto hot = sampled(5, 4);
+  hot.temperature = 2.5;
+  auto result = model_loader::generate(*model, {kPrompt}, hot).at(0);
+  auto scored = model_loader::score(*model, kPrompt, result.token_ids);
+  for (std::size_t i = 0; i < scored.size(); ++i) {
+    BOOST_TEST(std::abs(scored[i] - result.logprobs[i]) < 1e-5);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_tiny_top_p_is_greedy, Fixture) {
+  auto nucleus = sampled(9, 6);
+  nucleus.top_p = 1e-6;
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  BOOST_TEST(model_loader::generate(*model, {kPrompt}, nucleus).at(0).token_ids ==
+             model_loader::generate(*model, {kPrompt}, greedy).at(0).token_ids);
+}
+
+BOOST_FIXTURE_TEST_CASE(stop_tokens_end_a_sequence_with_reason_stop, Fixture) {
+  auto free_run = model_loader::generate(*model, {kPrompt}, sampled(3)).at(0);
+  auto params = sampled(3);
+  params.stop_token_ids = {free_run.token_ids[4]};
+  auto stopped = model_loader::generate(*model, {kPrompt}, params).at(0);
+  auto first =
+      std::find(free_run.token_ids.begin(), free_run.token_ids.end(), free_run.token_ids[4]) -
+      free_run.token_ids.begin();
+  BOOST_TEST(stopped.finish_reason == "stop");
+  BOOST_TEST(stopped.token_ids.size() == static_cast<std::size_t>(first + 1));
+}
+
+BOOST_FIXTURE_TEST_CASE(batched_requests_equal_requests_alone, Fixture) {
+  std::vector<std::int64_t> other = {8, 1, 2, 60, 13, 13, 4};
+  auto batch = model_loader::generate(*model, {kPrompt, other}, sampled(21, 5));
+  BOOST_TEST(batch[0].token_ids ==
+             model_loader::generate(*model, {kPrompt}, sampled(21, 5))[0].token_ids);
+  BOOST_TEST(batch[1].token_ids ==
+             model_loader::generate(*model, {other}, sampled(21, 5))[0].token_ids);
+}
+
+BOOST_FIXTURE_TEST_CASE(bad_requests_are_value_errors, Fixture) {
+  auto params = sampled(1);
+  params.max_tokens = 0;
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, params), protocol::ValueError,
+                          "max_tokens must be at least 1");
+  params = sampled(1);
+  params.top_p = 0;
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, params), protocol::ValueError,
+                          "top_p must be in (0, 1]");
+  params = sampled(1);
+  params.temperature = -1;
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, params), protocol::ValueError,
+                          "temperature must be non-negative");
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {{}}, sampled(1)), protocol::ValueError,
+                          "a prompt needs at least one token");
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {{1, 64}}, sampled(1)),
+                          protocol::ValueError, "token ids must be in 0..63");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

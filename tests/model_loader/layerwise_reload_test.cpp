@@ -1,0 +1,220 @@
+#include "model_loader/layerwise_reload.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <ATen/ops/abs.h>
+#include <ATen/ops/equal.h>
+
+#include <algorithm>
+
+#include "model_test_support.hpp"
+#include "protocol/errors.hpp"
+#include "transport/tensor_digest.hpp"
+
+using namespace hotswap;
+using model_loader::Architecture;
+using model_loader::NamedTensor;
+using model_loader::UpdateMode;
+using testing::CheckpointDir;
+
+namespace {
+
+const std::vector<std::int64_t> kPrompt = {3, 17, 42, 5, 9, 61, 7, 20};
+
+// An "old" model and a "new" checkpoint of the same shape.
+struct Fixture {
+  model_loader::ModelConfig config = testing::tiny_config(Architecture::kQwen2);
+  CheckpointDir old_ckpt{config, 100};
+  CheckpointDir new_ckpt{config, 200};
+  std::vector<NamedTensor> update = new_ckpt.tensors();
+
+  std::shared_ptr<model_loader::LlamaModel> model(UpdateMode mode, bool int8 = false) const {
+    model_loader::ModelOptions options;
+    options.update_mode = mode;
+    options.quantize_int8 = int8;
+    return old_ckpt.load(options);
+  }
+  std::vector<NamedTensor> only(const std::function<bool(const std::string&)>& keep) const {
+    std::vector<NamedTensor> out;
+    for (const auto& [name, t] : update) {
+      if (keep(name)) out.emplace_back(name, t);
+    }
+    return out;
+  }
+  std::string old_digest(const std::string& name) const {
+    return transport::sha256_hex(old_ckpt.open().tensor(name));
+  }
+  std::string new_digest(const std::string& name) const {
+    return transport::sha256_hex(new_ckpt.open().tensor(name));
+  }
+};
+
+bool in_layer(const std::string& name, int layer) {
+  return name.starts_with("model.layers." + std::to_string(layer) + ".");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(layerwise_reload)
+
+BOOST_FIXTURE_TEST_CASE(a_full_update_in_any_order_lands_whole, Fixture) {
+  for (auto mode : {UpdateMode::kStaged, UpdateMode::kInplace}) {
+    auto m = model(mode);
+    m->start_reload();
+    auto reversed = update;
+    std::reverse(reversed.begin(), reversed.end());
+    for (std::size_t i = 0; i < reversed.size(); i += 3) {  // several calls, out of order
+      std::vector<NamedTensor> call(
+          reversed.begin() + static_cast<long>(i),
+          reversed.begin() + static_cast<long>(std::min(i + 3, reversed.size())));
+      m->load_weights(call);
+    }
+    m->finish_reload();
+    for (const auto& [name, digest] : m->checkpoint_checksums()) {
+      BOOST_TEST(digest == new_digest(name), name);
+    }
+    BOOST_TEST(!m->is_dirty());
+    auto reference = testing::reference_logits(new_ckpt.open(), config, kPrompt);
+    BOOST_TEST(at::abs(testing::model_logits(*m, kPrompt) - reference).max().item<double>() < 1e-4);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(an_untouched_layer_keeps_its_old_weights, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  m->start_reload();
+  m->load_weights(only([](const std::string& n) { return in_layer(n, 1); }));
+  m->finish_reload();
+  for (const auto& [name, digest] : m->checkpoint_checksums()) {
+    BOOST_TEST(digest == (in_layer(name, 1) ? new_digest(name) : old_digest(name)), name);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_partial_layer_keeps_the_old_values_of_what_it_did_not_receive, Fixture) {
+  for (auto mode : {UpdateMode::kStaged, UpdateMode::kInplace}) {
+    auto m = model(mode);
+    m->start_reload();
+    m->load_weights(only([](const std::string& n) {
+      return n == "model.layers.0.self_attn.q_proj.weight" ||
+             n == "model.layers.0.mlp.up_proj.weight";
+    }));
+    m->finish_reload();
+    auto digests = m->checkpoint_checksums();
+    BOOST_TEST(digests["model.layers.0.self_attn.q_proj.weight"] ==
+               new_digest("model.layers.0.self_attn.q_proj.weight"));
+    BOOST_TEST(digests["model.layers.0.self_attn.k_proj.weight"] ==
+               old_digest("model.layers.0.self_attn.k_proj.weight"));
+    BOOST_TEST(digests["model.layers.0.mlp.gate_proj.weight"] ==
+               old_digest("model.layers.0.mlp.gate_proj.weight"));
+    BOOST_TEST(digests["model.layers.0.mlp.up_proj.weight"] ==
+               new_digest("model.layers.0.mlp.up_proj.weight"));
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(int8_partial_layer_is_an_error_that_staged_mode_undoes_entirely, Fixture) {
+  auto m = model(UpdateMode::kStaged, /*int8=*/true);
+  auto before = m->runtime_checksums("");
+  m->start_reload();
+  // Layer 1 complete (quantized as it completes), layer 0 missing k_proj and v_proj.
+  m->load_weights(only([](const std::string& n) {
+    return in_layer(n, 1) || n == "model.layers.0.self_attn.q_proj.weight";
+  }));
+  HOTSWAP_CHECK_THROW_MSG(m->finish_reload(), protocol::ValueError,
+                          "int8-quantized, so the old values of the rest cannot be kept; missing "
+                          "model.layers.0.self_attn.k_proj.weight, "
+                          "model.layers.0.self_attn.v_proj.weight");
+  BOOST_TEST((m->runtime_checksums("") == before));
+  BOOST_TEST(!m->reload_active());
+  // The next session starts clean and a complete update lands.
+  m->start_reload();
+  m->load_weights(update);
+  m->finish_reload();
+  BOOST_TEST((m->runtime_checksums("") != before));
+}
+
+BOOST_FIXTURE_TEST_CASE(staged_generation_sees_old_weights_until_the_commit, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  at::Tensor old_logits = testing::model_logits(*m, kPrompt);
+  m->start_reload();
+  m->load_weights(update);
+  BOOST_TEST(at::equal(testing::model_logits(*m, kPrompt), old_logits));  // mid-session
+  m->finish_reload();
+  BOOST_TEST(!at::equal(testing::model_logits(*m, kPrompt), old_logits));
+}
+
+BOOST_FIXTURE_TEST_CASE(abort_discards_a_staged_session, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  auto before = m->runtime_checksums("");
+  m->start_reload();
+  m->load_weights(update);
+  m->abort_reload();
+  BOOST_TEST((m->runtime_checksums("") == before));
+  BOOST_TEST(!m->is_dirty());
+}
+
+BOOST_FIXTURE_TEST_CASE(inplace_failure_marks_dirty_until_a_full_update_lands, Fixture) {
+  auto m = model(UpdateMode::kInplace, /*int8=*/true);
+  m->start_reload();
+  m->load_weights(only([](const std::string& n) {
+    return n == "model.layers.0.input_layernorm.weight" ||
+           n == "model.layers.0.self_attn.q_proj.weight";
+  }));
+  BOOST_CHECK_THROW(m->finish_reload(), protocol::ValueError);
+  BOOST_TEST(m->is_dirty());
+  m->start_reload();  // a partial session that succeeds does not make a dirty model clean
+  m->load_weights(only([](const std::string& n) { return in_layer(n, 1); }));
+  m->finish_reload();
+  BOOST_TEST(m->is_dirty());
+  m->start_reload();
+  m->load_weights(update);
+  m->finish_reload();
+  BOOST_TEST(!m->is_dirty());
+}
+
+BOOST_FIXTURE_TEST_CASE(checksums_change_exactly_for_the_tensors_that_changed, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  auto runtime_before = m->runtime_checksums("");
+  auto ckpt_before = m->checkpoint_checksums();
+  m->start_reload();
+  m->load_weights(only([](const std::string& n) {
+    return n == "model.layers.1.self_attn.v_proj.bias" || n == "model.norm.weight";
+  }));
+  m->finish_reload();
+  auto runtime_after = m->runtime_checksums("");
+  std::vector<std::string> changed;
+  for (const auto& [name, digest] : runtime_after) {
+    if (runtime_before[name] != digest) changed.push_back(name);
+  }
+  BOOST_TEST(changed == (std::vector<std::string>{"model.layers.1.self_attn.qkv_proj.bias",
+                                                  "model.norm.weight"}));
+  std::vector<std::string> changed_ckpt;
+  for (const auto& [name, digest] : m->checkpoint_checksums()) {
+    if (ckpt_before[name] != digest) changed_ckpt.push_back(name);
+  }
+  BOOST_TEST(changed_ckpt == (std::vector<std::string>{"model.layers.1.self_attn.v_proj.bias",
+                                                       "model.norm.weight"}));
+}
+
+BOOST_FIXTURE_TEST_CASE(incoming_dtypes_convert_and_the_checkpoint_view_follows_them, Fixture) {
+  model_loader::ModelOptions options;
+  options.dtype = protocol::DType::kBFloat16;
+  auto m = old_ckpt.load(options);
+  // float32 values that bfloat16 holds exactly, sent as float32.
+  at::Tensor w = new_ckpt.open().tensor("model.norm.weight").to(at::kBFloat16).to(at::kFloat);
+  m->start_reload();
+  m->load_weights({{"model.norm.weight", w}});
+  m->finish_reload();
+  BOOST_TEST(m->checkpoint_checksums().at("model.norm.weight") == transport::sha256_hex(w));
+}
+
+BOOST_FIXTURE_TEST_CASE(session_calls_out_of_order_are_runtime_errors, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  HOTSWAP_CHECK_THROW_MSG(m->load_weights(update), protocol::RuntimeError,
+                          "load_weights called outside a weight reload");
+  HOTSWAP_CHECK_THROW_MSG(m->finish_reload(), protocol::RuntimeError,
+                          "finish_reload called without an active reload");
+  m->start_reload();
+  HOTSWAP_CHECK_THROW_MSG(m->start_reload(), protocol::RuntimeError, "already active");
+  m->abort_reload();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
