@@ -72,6 +72,11 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
       mapping_(config_),
       store_(mapping_, transport::to_scalar_type(options_.dtype.value_or(config_.torch_dtype)),
              options_.device, options_.quantize_int8) {
+  auto runtime = options_.dtype.value_or(config_.torch_dtype);
+  if (!protocol::is_floating_point(runtime) || protocol::item_size(runtime) < 2) {
+    throw protocol::ValueError("runtime dtype " + std::string(protocol::dtype_name(runtime)) +
+                               " is not supported (float32, bfloat16 and float16 are)");
+  }
   // libtorch starts with one thread on some machines; generation should use every core.
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   // Half-precision matmuls are not implemented for the CPU in older libtorch: compute in

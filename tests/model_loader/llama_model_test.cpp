@@ -61,14 +61,19 @@ BOOST_AUTO_TEST_CASE(tied_embeddings_have_no_lm_head_and_reuse_the_embedding) {
 }
 
 BOOST_AUTO_TEST_CASE(fused_rows_land_at_their_offsets) {
+  // Unfusing the runtime storage gives back every checkpoint tensor bit for bit.
+  for (auto arch :
+       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+    CheckpointDir each(testing::tiny_config(arch), 13);
+    auto digests = each.load()->checkpoint_checksums();
+    auto file = each.open();
+    BOOST_TEST(digests.size() == file.names().size());
+    for (const auto& name : file.names()) {
+      BOOST_TEST(digests.at(name) == transport::sha256_hex(file.tensor(name)), name);
+    }
+  }
   CheckpointDir ckpt(testing::tiny_config(Architecture::kQwen2), 13);
   auto model = ckpt.load();
-  auto digests = model->checkpoint_checksums();
-  auto file = ckpt.open();
-  BOOST_TEST(digests.size() == file.names().size());
-  for (const auto& name : file.names()) {
-    BOOST_TEST(digests.at(name) == transport::sha256_hex(file.tensor(name)), name);
-  }
   // The runtime view has the fused parameters, keyed as vLLM's checker keys them.
   auto runtime = model->runtime_checksums("dp0:pp0:pcp0:tp0:ep0:");
   BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:ep0:model.layers.1.self_attn.qkv_proj.weight") == 1u);
@@ -155,6 +160,14 @@ BOOST_AUTO_TEST_CASE(int8_logits_stay_close_to_float32) {
                           "int8-quantized (lossy)");
   auto runtime = ckpt.load(int8)->runtime_checksums("");
   BOOST_TEST(runtime.count("model.layers.0.mlp.down_proj.weight_scale") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(an_integer_runtime_dtype_is_refused) {
+  CheckpointDir ckpt(testing::tiny_config(Architecture::kLlama), 20);
+  model_loader::ModelOptions options;
+  options.dtype = protocol::DType::kInt8;
+  HOTSWAP_CHECK_THROW_MSG(ckpt.load(options), protocol::ValueError,
+                          "runtime dtype int8 is not supported");
 }
 
 BOOST_AUTO_TEST_CASE(bfloat16_and_float16_runtimes_track_float32) {
