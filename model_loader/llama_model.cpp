@@ -197,28 +197,21 @@ at::Tensor LlamaModel::rms_norm(const at::Tensor& x, std::size_t param) const {
   return store_[param].value.to(x.scalar_type()) * h.to(x.scalar_type());
 }
 
-void LlamaModel::ensure_rope_table(std::int64_t positions) const {
+std::pair<at::Tensor, at::Tensor> LlamaModel::rope_tables(const at::Tensor& positions) const {
+  // The float32 tables grow on demand (positions past max_position_embeddings are legal).
+  std::int64_t needed = positions.max().item<std::int64_t>() + 1;
   std::lock_guard lock(rope_mutex_);
-  if (cos_.defined() && cos_.size(0) >= positions) return;
-  std::int64_t n = std::max<std::int64_t>(positions, config_.max_position_embeddings);
-  at::Tensor t = at::arange(n, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor freqs = t.unsqueeze(1) * inv_freq_.unsqueeze(0);
-  at::Tensor emb = at::cat({freqs, freqs}, -1);
-  cos_ = emb.cos();
-  sin_ = emb.sin();
-}
-
-void LlamaModel::apply_rope(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const {
-  // q: [N, heads, head_dim], k: [N, kv_heads, head_dim]
-  ensure_rope_table(positions.max().item<std::int64_t>() + 1);
-  at::Tensor cos, sin;
-  {
-    std::lock_guard lock(rope_mutex_);
-    cos = at::index_select(cos_, 0, positions).to(q.scalar_type()).unsqueeze(1);
-    sin = at::index_select(sin_, 0, positions).to(q.scalar_type()).unsqueeze(1);
+  if (!cos_.defined() || cos_.size(0) < needed) {
+    std::int64_t n = std::max<std::int64_t>(needed, config_.max_position_embeddings);
+    at::Tensor t = at::arange(n, at::TensorOptions().dtype(at::kFloat));
+    at::Tensor freqs = t.unsqueeze(1) * inv_freq_.unsqueeze(0);
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    cos_ = emb.cos();
+    sin_ = emb.sin();
   }
-  q = q * cos + rotate_half(q) * sin;
-  k = k * cos + rotate_half(k) * sin;
+  // HF computes the angles in float32 and rotates in the activations' dtype.
+  return {at::index_select(cos_, 0, positions).to(compute_dtype_).unsqueeze(1),
+          at::index_select(sin_, 0, positions).to(compute_dtype_).unsqueeze(1)};
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
@@ -278,6 +271,22 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     }
   }
 
+  // Per step, not per layer: rotary angles and each slice's attention mask.
+  auto [cos, sin] = rope_tables(positions);
+  std::vector<at::Tensor> masks(slices.size());
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const std::int64_t start = slices[i].cache->length, keys = start + slices[i].num_tokens;
+    if (slices[i].num_tokens == 1 && !c.sliding_window) continue;  // one query sees every key
+    at::Tensor query_pos = at::arange(start, keys, at::TensorOptions().dtype(at::kLong));
+    at::Tensor key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong));
+    at::Tensor blocked = key_pos.unsqueeze(0) > query_pos.unsqueeze(1);
+    if (c.sliding_window) {
+      blocked =
+          blocked.logical_or(query_pos.unsqueeze(1) - key_pos.unsqueeze(0) >= *c.sliding_window);
+    }
+    masks[i] = blocked.to(store_.device()).unsqueeze(0);
+  }
+
   // One step reads one consistent set of weights: a staged commit waits for it to end.
   std::shared_lock weights_lock(store_.mutex());
   at::Tensor h = at::index_select(store_[embed_].value, 0, ids).to(compute_dtype_);
@@ -293,12 +302,14 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
       q = rms_norm(q, p.q_norm);
       k = rms_norm(k, p.k_norm);
     }
-    apply_rope(q, k, positions);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
 
     std::vector<at::Tensor> outputs;
     outputs.reserve(slices.size());
     std::int64_t offset = 0;
-    for (auto& s : slices) {
+    for (std::size_t i = 0; i < slices.size(); ++i) {
+      const ForwardSlice& s = slices[i];
       KvCache& cache = *s.cache;
       const std::int64_t len = s.num_tokens, start = cache.length, keys = start + len;
       cache.keys[l].narrow(1, start, len).copy_(k.narrow(0, offset, len).transpose(0, 1));
@@ -311,16 +322,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
       }
       at::Tensor qq = q.narrow(0, offset, len).transpose(0, 1);  // [heads, len, hd]
       at::Tensor scores = at::matmul(qq, kk.transpose(1, 2)).to(at::kFloat) * scaling;
-      if (len > 1 || c.sliding_window) {
-        at::Tensor query_pos = at::arange(start, keys, at::TensorOptions().dtype(at::kLong));
-        at::Tensor key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong));
-        at::Tensor blocked = key_pos.unsqueeze(0) > query_pos.unsqueeze(1);
-        if (c.sliding_window) {
-          blocked = blocked.logical_or(query_pos.unsqueeze(1) - key_pos.unsqueeze(0) >=
-                                       *c.sliding_window);
-        }
-        scores = scores.masked_fill(blocked.to(scores.device()).unsqueeze(0),
-                                    -std::numeric_limits<float>::infinity());
+      if (masks[i].defined()) {
+        scores = scores.masked_fill(masks[i], -std::numeric_limits<float>::infinity());
       }
       at::Tensor probs = at::softmax(scores, -1).to(compute_dtype_);
       outputs.push_back(at::matmul(probs, vv).transpose(0, 1).reshape({len, heads * hd}));

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model_loader/checkpoint.hpp"
@@ -82,8 +83,8 @@ class LlamaModel final : public LoadableModel {
  private:
   at::Tensor linear(const at::Tensor& x, std::size_t param) const;
   at::Tensor rms_norm(const at::Tensor& x, std::size_t param) const;
-  void apply_rope(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const;
-  void ensure_rope_table(std::int64_t positions) const;
+  // cos and sin of the rotary angles at `positions`, [N, 1, head_dim] in the compute dtype.
+  std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
   ModelConfig config_;
   ModelOptions options_;
