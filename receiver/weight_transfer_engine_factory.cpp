@@ -1,14 +1,25 @@
 #include "receiver/weight_transfer_engine_factory.hpp"
 
 #include "protocol/plugin_registry.hpp"
+#include "receiver/disk_engine.hpp"
 
 namespace hotswap::receiver {
 namespace {
 
 using Registry = protocol::PluginRegistry<WeightTransferEngineFactory::CreatorSignature>;
 
+// The built-in engines are registered when the registry is first used, as vLLM registers its
+// own at import.
 Registry& registry() {
   static Registry instance("engines");
+  static const bool builtins_registered = [] {
+    instance.register_engine("disk", [](const EngineContext& context) {
+      return std::unique_ptr<WeightTransferEngine>(
+          std::make_unique<DiskWeightTransferEngine>(context));
+    });
+    return true;
+  }();
+  (void)builtins_registered;
   return instance;
 }
 
