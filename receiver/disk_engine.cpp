@@ -30,8 +30,7 @@ void DiskWeightTransferEngine::receive_weights(const protocol::DiskUpdateInfo& u
     loaded_ = true;
   } catch (...) {
     // Any failure ends the session; in staged mode nothing live was touched.
-    model().abort_reload();
-    active_ = false;
+    abort_weight_update();
     throw;
   }
 }
@@ -49,9 +48,14 @@ void DiskWeightTransferEngine::finish_weight_update() {
   model().finish_reload();
 }
 
-void DiskWeightTransferEngine::shutdown() {
+void DiskWeightTransferEngine::abort_weight_update() {
   if (active_) model().abort_reload();
   active_ = false;
+  loaded_ = false;
+}
+
+void DiskWeightTransferEngine::shutdown() {
+  abort_weight_update();
 }
 
 }  // namespace hotswap::receiver

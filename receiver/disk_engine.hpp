@@ -18,6 +18,7 @@ class DiskWeightTransferEngine final
   void start_weight_update() override;
   void finish_weight_update() override;
   void shutdown() override;
+  void abort_weight_update() override;
 
  protected:
   void init_transfer_channel(const protocol::DiskInitInfo&) override {}

@@ -17,6 +17,10 @@ void WeightTransferEngine::reset_weight_update_target() {
   target_ = context_.model;
 }
 
+void WeightTransferEngine::abort_weight_update() {
+  if (target_) target_->abort_reload();
+}
+
 model_loader::LoadableModel& WeightTransferEngine::model() const {
   if (!target_) {
     throw protocol::RuntimeError(std::string(name()) + " has no model to load weights into");

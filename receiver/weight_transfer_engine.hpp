@@ -41,6 +41,10 @@ class WeightTransferEngine {
   // Finalizes a round: checkpoint-format engines finish the layerwise reload here.
   virtual void finish_weight_update() = 0;
   virtual void shutdown() = 0;
+  // Ends a session that failed part-way: drops what the round staged (the model's reload is
+  // aborted, so in staged mode the live weights are untouched) and forgets the round's state,
+  // so that the next start_weight_update is clean. Idempotent.
+  virtual void abort_weight_update();
 
   // Whether start_draft_weight_update may retarget this engine at a draft model.
   virtual bool supports_draft_weight_update() const { return true; }

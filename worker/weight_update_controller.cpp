@@ -1,0 +1,165 @@
+#include "worker/weight_update_controller.hpp"
+
+#include "protocol/errors.hpp"
+
+namespace hotswap::worker {
+
+WeightUpdateController::WeightUpdateController(
+    std::unique_ptr<receiver::WeightTransferEngine> engine, receiver::ParallelConfig parallel,
+    std::shared_ptr<model_loader::LoadableModel> draft)
+    : engine_(std::move(engine)), parallel_(parallel), draft_(std::move(draft)) {}
+
+WeightUpdateController::~WeightUpdateController() {
+  if (engine_) {
+    if (session_active()) engine_->abort_weight_update();
+    engine_->shutdown();
+  }
+}
+
+receiver::WeightTransferEngine& WeightUpdateController::engine() const {
+  if (!engine_) {
+    throw protocol::RuntimeError(
+        "Weight transfer not configured. Please set weight_transfer_config to enable weight "
+        "transfer.");
+  }
+  return *engine_;
+}
+
+void WeightUpdateController::init_weight_transfer_engine(const nlohmann::json& init_info) {
+  engine().init_transfer_engine(init_info);
+}
+
+void WeightUpdateController::start_weight_update() {
+  auto& e = engine();
+  {
+    std::lock_guard lock(mutex_);
+    if (active_) {
+      throw protocol::RuntimeError(
+          "start_weight_update called while a weight update is already active. Call "
+          "finish_weight_update first.");
+    }
+    active_ = true;
+    draft_session_ = false;
+  }
+  try {
+    e.start_weight_update();
+  } catch (...) {
+    end_session();
+    throw;
+  }
+}
+
+void WeightUpdateController::start_draft_weight_update() {
+  auto& e = engine();
+  if (!draft_) {
+    throw protocol::RuntimeError(
+        "start_draft_weight_update needs a draft model, and this worker has none configured");
+  }
+  if (!e.supports_draft_weight_update()) {
+    throw protocol::RuntimeError(std::string(e.name()) +
+                                 " does not support draft model weight updates.");
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (active_) {
+      throw protocol::RuntimeError(
+          "start_weight_update called while a weight update is already active. Call "
+          "finish_weight_update first.");
+    }
+    active_ = true;
+    draft_session_ = true;
+  }
+  e.set_weight_update_target(draft_);
+  try {
+    e.start_weight_update();
+  } catch (...) {
+    end_session();
+    throw;
+  }
+}
+
+std::optional<nlohmann::json> WeightUpdateController::select_update_info(
+    const nlohmann::json& update_info, const receiver::ParallelConfig& parallel) {
+  if (update_info.is_object()) return update_info;
+  if (!update_info.is_array()) {
+    throw protocol::ValueError("`update_info` must be an object or a list of objects, got " +
+                               std::string(update_info.type_name()));
+  }
+  if (update_info.empty()) return std::nullopt;
+  auto index = static_cast<std::size_t>(parallel.global_rank());
+  if (index >= update_info.size()) {
+    throw protocol::ValueError(
+        "`update_info` has " + std::to_string(update_info.size()) +
+        " entries but this worker takes entry " + std::to_string(index) + " (data_parallel_rank " +
+        std::to_string(parallel.data_parallel_rank) + " × world_size " +
+        std::to_string(parallel.world_size()) + " + rank " + std::to_string(parallel.rank) + ")");
+  }
+  if (!update_info[index].is_object()) {
+    throw protocol::ValueError("`update_info[" + std::to_string(index) + "]` must be an object");
+  }
+  return update_info[index];
+}
+
+void WeightUpdateController::update_weights(const nlohmann::json& update_info) {
+  auto& e = engine();
+  {
+    std::lock_guard lock(mutex_);
+    if (!active_) {
+      throw protocol::RuntimeError("start_weight_update must be called before update_weights.");
+    }
+  }
+  try {
+    auto mine = select_update_info(update_info, parallel_);
+    if (mine) e.update_weights(*mine);
+  } catch (...) {
+    end_session();  // vLLM: an error in update_weights ends the session
+    throw;
+  }
+}
+
+void WeightUpdateController::finish_weight_update(const std::optional<std::string>& version) {
+  auto& e = engine();
+  {
+    std::lock_guard lock(mutex_);
+    if (!active_) {
+      throw protocol::RuntimeError(
+          "finish_weight_update called without a matching start_weight_update.");
+    }
+  }
+  try {
+    e.finish_weight_update();
+  } catch (...) {
+    end_session();
+    throw;
+  }
+  std::lock_guard lock(mutex_);
+  active_ = false;
+  if (draft_session_) e.reset_weight_update_target();
+  draft_session_ = false;
+  if (version) weight_version_ = *version;
+}
+
+void WeightUpdateController::update_weight_version(const std::string& new_version) {
+  std::lock_guard lock(mutex_);
+  weight_version_ = new_version;
+}
+
+std::optional<std::string> WeightUpdateController::weight_version() const {
+  std::lock_guard lock(mutex_);
+  return weight_version_;
+}
+
+bool WeightUpdateController::session_active() const {
+  std::lock_guard lock(mutex_);
+  return active_;
+}
+
+void WeightUpdateController::end_session() {
+  engine_->abort_weight_update();
+  engine_->reset_weight_update_target();
+  std::lock_guard lock(mutex_);
+  active_ = false;
+  draft_session_ = false;
+}
+
+}  // namespace hotswap::worker
