@@ -9,7 +9,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev
   libboost-test-dev libbenchmark-dev
-  libssl-dev libcli11-dev
+  libssl-dev libcli11-dev libcpp-httplib-dev python3-zmq
 )
 
 missing=()

@@ -1,0 +1,65 @@
+#include "trainer_sdk/rpc_client.hpp"
+
+#include <zmq_addon.hpp>
+
+#include "protocol/errors.hpp"
+#include "protocol/jsonrpc.hpp"
+
+namespace hotswap::trainer_sdk {
+
+using Clock = std::chrono::steady_clock;
+
+RpcClient::RpcClient(std::string endpoint, std::chrono::milliseconds timeout)
+    : endpoint_(std::move(endpoint)),
+      timeout_(timeout),
+      context_(1),
+      socket_(context_, zmq::socket_type::dealer) {
+  socket_.set(zmq::sockopt::linger, 0);  // never block process exit on unsent requests
+  try {
+    socket_.connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    throw protocol::ValueError("cannot connect to '" + endpoint_ + "': " + e.what());
+  }
+}
+
+std::string RpcClient::receive(std::chrono::milliseconds timeout, std::string_view what,
+                               const nlohmann::json* expected_id) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (left.count() <= 0 || zmq::poll(&item, 1, left) == 0) {
+      throw protocol::TimeoutError("no reply from " + endpoint_ + " to " + std::string(what) +
+                                   " within " + std::to_string(timeout.count()) + " ms");
+    }
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(socket_, std::back_inserter(frames))) continue;
+    if (frames.empty()) continue;
+    std::string body = frames.back().to_string();
+    if (expected_id != nullptr) {
+      auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+      // A late reply to an earlier call that timed out: drop it and keep waiting.
+      if (doc.is_object() && doc.contains("id") && doc["id"] != *expected_id) continue;
+    }
+    return body;
+  }
+}
+
+nlohmann::json RpcClient::call(std::string_view method, const nlohmann::json& params,
+                               std::optional<std::chrono::milliseconds> timeout) {
+  nlohmann::json id = next_id_++;
+  std::string frame = protocol::make_request(id, method, params).dump();
+  std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(frame)};
+  zmq::send_multipart(socket_, parts);
+  std::string reply = receive(timeout.value_or(timeout_), "'" + std::string(method) + "'", &id);
+  return protocol::parse_response(reply);
+}
+
+std::string RpcClient::call_raw(std::string_view frame,
+                                std::optional<std::chrono::milliseconds> timeout) {
+  std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(frame)};
+  zmq::send_multipart(socket_, parts);
+  return receive(timeout.value_or(timeout_), "a raw request", nullptr);
+}
+
+}  // namespace hotswap::trainer_sdk

@@ -1,0 +1,23 @@
+// EventFd: RAII over a Linux eventfd, the wake-up line from worker threads (and from a signal
+// handler: notify() is async-signal-safe) into the control server's zmq_poll loop.
+#pragma once
+
+namespace hotswap::worker {
+
+class EventFd {
+ public:
+  EventFd();
+  ~EventFd();
+  EventFd(const EventFd&) = delete;
+  EventFd& operator=(const EventFd&) = delete;
+
+  int fd() const { return fd_; }
+  void notify() const noexcept;
+  // Clears pending notifications.
+  void drain() const noexcept;
+
+ private:
+  int fd_;
+};
+
+}  // namespace hotswap::worker

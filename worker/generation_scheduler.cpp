@@ -1,0 +1,202 @@
+#include "worker/generation_scheduler.hpp"
+
+#include "protocol/errors.hpp"
+
+namespace hotswap::worker {
+
+PauseMode pause_mode_from_name(const std::string& name) {
+  if (name == "abort") return PauseMode::kAbort;
+  if (name == "wait") return PauseMode::kWait;
+  if (name == "keep") return PauseMode::kKeep;
+  throw protocol::ValueError("Invalid pause mode '" + name + "': expected abort, wait or keep");
+}
+
+nlohmann::json GenerateResult::to_json(bool with_logprobs) const {
+  nlohmann::json spans = nlohmann::json::array();
+  for (const auto& s : weight_versions) {
+    spans.push_back(
+        {s.version ? nlohmann::json(*s.version) : nlohmann::json(nullptr), s.start, s.end});
+  }
+  nlohmann::json out = {
+      {"token_ids", token_ids}, {"finish_reason", finish_reason}, {"weight_versions", spans}};
+  if (with_logprobs) out["logprobs"] = logprobs;
+  return out;
+}
+
+GenerationScheduler::GenerationScheduler(std::shared_ptr<const model_loader::LlamaModel> model,
+                                         VersionSource version, std::size_t max_batch)
+    : model_(std::move(model)), version_(std::move(version)), max_batch_(max_batch) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+GenerationScheduler::~GenerationScheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  for (auto& r : running_) {
+    r.sequence->abort();
+    finish(r);
+  }
+  for (auto& r : waiting_) {
+    r.sequence->abort();
+    finish(r);
+  }
+}
+
+std::future<GenerateResult> GenerationScheduler::submit(GenerateRequest request) {
+  if (model_->is_dirty()) {
+    throw protocol::RuntimeError(
+        "the model is dirty: an in-place weight update failed part-way, and generation is "
+        "refused until a full update commits");
+  }
+  Running r;
+  r.sequence =
+      std::make_unique<model_loader::Sequence>(std::move(request.prompt_token_ids), request.params);
+  for (auto id : r.sequence->prompt()) {
+    if (id < 0 || id >= model_->config().vocab_size) {
+      throw protocol::ValueError("prompt token id " + std::to_string(id) + " is outside 0.." +
+                                 std::to_string(model_->config().vocab_size - 1));
+    }
+  }
+  r.logprobs = request.logprobs;
+  auto future = r.promise.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    waiting_.push_back(std::move(r));
+  }
+  wake_.notify_all();
+  return future;
+}
+
+void GenerationScheduler::finish(Running& r) {
+  const auto& s = *r.sequence;
+  GenerateResult result{s.output_tokens(), s.output_logprobs(), s.finish_reason().value_or("abort"),
+                        r.spans};
+  r.promise.set_value(std::move(result));
+}
+
+void GenerationScheduler::loop() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] {
+      bool admissible = !waiting_.empty() && !paused_ && !draining_;
+      return stop_ || (holds_ == 0 && !paused_ && (admissible || !running_.empty()));
+    });
+    if (stop_) return;
+    while (!draining_ && !waiting_.empty() && running_.size() < max_batch_) {
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+    std::vector<model_loader::Sequence*> batch;
+    for (auto& r : running_)
+      batch.push_back(r.sequence.get());
+    stepping_ = true;
+    lock.unlock();
+
+    std::optional<std::string> version = version_();
+    std::string error;
+    try {
+      model_loader::step(*model_, batch);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+
+    lock.lock();
+    stepping_ = false;
+    for (auto it = running_.begin(); it != running_.end();) {
+      auto& s = *it->sequence;
+      if (!error.empty()) {
+        it->promise.set_exception(
+            std::make_exception_ptr(protocol::RuntimeError("generation failed: " + error)));
+        it = running_.erase(it);
+        continue;
+      }
+      auto produced = static_cast<std::int64_t>(s.output_tokens().size());
+      if (it->spans.empty() || it->spans.back().version != version) {
+        it->spans.push_back({version, produced - 1, produced});
+      } else {
+        it->spans.back().end = produced;
+      }
+      if (s.finished()) {
+        finish(*it);
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    stepped_.notify_all();
+  }
+}
+
+void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  // The step in progress completes first: pausing never tears a step.
+  stepped_.wait(lock, [&] { return !stepping_; });
+  switch (mode) {
+    case PauseMode::kAbort:  // queued requests count as in flight too
+      for (auto& r : running_) {
+        r.sequence->abort();
+        finish(r);
+      }
+      for (auto& r : waiting_) {
+        r.sequence->abort();
+        finish(r);
+      }
+      running_.clear();
+      waiting_.clear();
+      paused_ = true;
+      break;
+    case PauseMode::kKeep:
+      paused_ = true;
+      break;
+    case PauseMode::kWait:
+      if (paused_) break;  // already paused: nothing runs, nothing to drain
+      draining_ = true;
+      wake_.notify_all();
+      if (!stepped_.wait_for(lock, timeout, [&] { return running_.empty(); })) {
+        draining_ = false;
+        throw protocol::TimeoutError("pause(wait): requests in flight did not finish within " +
+                                     std::to_string(timeout.count()) + " ms");
+      }
+      draining_ = false;
+      paused_ = true;
+      break;
+  }
+}
+
+void GenerationScheduler::resume() {
+  {
+    std::lock_guard lock(mutex_);
+    paused_ = false;
+  }
+  wake_.notify_all();
+}
+
+bool GenerationScheduler::is_paused() const {
+  std::lock_guard lock(mutex_);
+  return paused_;
+}
+
+void GenerationScheduler::hold() {
+  std::unique_lock lock(mutex_);
+  ++holds_;
+  stepped_.wait(lock, [&] { return !stepping_; });
+}
+
+void GenerationScheduler::release() {
+  {
+    std::lock_guard lock(mutex_);
+    if (holds_ > 0) --holds_;
+  }
+  wake_.notify_all();
+}
+
+std::size_t GenerationScheduler::in_flight() const {
+  std::lock_guard lock(mutex_);
+  return running_.size() + waiting_.size();
+}
+
+}  // namespace hotswap::worker

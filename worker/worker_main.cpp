@@ -1,0 +1,46 @@
+// hotswap-worker: one process per device. Loads a model, serves generation, and takes new
+// weights through vLLM's weight-transfer contract over ZeroMQ JSON-RPC (and HTTP).
+#include <csignal>
+#include <iostream>
+#include <memory>
+
+#include "worker/control_server.hpp"
+#include "worker/event_fd.hpp"
+#include "worker/worker_options.hpp"
+#include "worker/worker_service.hpp"
+
+using namespace hotswap;
+
+namespace {
+worker::EventFd* g_stop = nullptr;
+extern "C" void on_signal(int) {
+  if (g_stop != nullptr) g_stop->notify();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto options = worker::WorkerOptions::parse(argc, argv);
+  worker::EventFd stop;
+  g_stop = &stop;
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  int status = 0;
+  try {
+    worker::WorkerService service(options);
+    worker::ControlServer server(service, options);
+    std::cout << "hotswap-worker ready: control " << server.endpoint() << "; " << service.describe()
+              << std::endl;
+    server.run(stop);
+    std::cout << "hotswap-worker: shutting down" << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "hotswap-worker: " << e.what() << std::endl;
+    status = 1;
+  }
+  g_stop = nullptr;
+  return status;
+}

@@ -1,0 +1,55 @@
+#include "worker/worker_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+namespace hotswap::worker {
+
+WorkerOptions WorkerOptions::parse(int argc, char** argv) {
+  WorkerOptions o;
+  CLI::App app{
+      "hotswap-worker: an inference worker an RL trainer pushes weights into while it "
+      "runs (vLLM's weight-transfer contract over ZeroMQ JSON-RPC and HTTP)"};
+  std::string transfer_config, update_mode = "staged";
+  app.add_option("--model", o.model, "Hugging Face checkpoint directory")->required();
+  app.add_option("--device", o.device, "cpu | cuda:N");
+  app.add_option("--dtype", o.dtype, "float32 | bfloat16 | float16 (default: the checkpoint's)");
+  app.add_option("--quantization", o.quantization, "int8: weight-only, per output channel");
+  app.add_option("--control", o.control, "ZeroMQ endpoint of the JSON-RPC control socket")
+      ->capture_default_str();
+  app.add_option("--http-port", o.http_port, "serve vLLM's HTTP routes on this port (off: 0)");
+  app.add_option("--weight-transfer-config", transfer_config,
+                 "vLLM's flag, e.g. '{\"backend\": \"disk\"}'");
+  app.add_option("--update-mode", update_mode, "staged | inplace")->capture_default_str();
+  app.add_option("--data-parallel-rank", o.data_parallel_rank);
+  app.add_option("--data-parallel-size", o.data_parallel_size);
+  app.add_option("--timeout", o.timeout_seconds, "seconds for every blocking wait")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "debug | info | warning | error");
+  app.add_option("--curve-secret-key-file", o.curve_secret_key_file,
+                 "enable CURVE: this server's Z85 secret key (40 chars) in a file");
+  app.add_option("--curve-authorized-keys", o.curve_authorized_keys,
+                 "with CURVE: a directory of authorized clients' Z85 public keys, one per file");
+  try {
+    app.parse(argc, argv);
+    o.update_mode = model_loader::update_mode_from_name(update_mode);
+    if (!transfer_config.empty()) {
+      o.weight_transfer_config = nlohmann::json::parse(transfer_config);
+    }
+    if (o.data_parallel_size < 1 || o.data_parallel_rank < 0 ||
+        o.data_parallel_rank >= o.data_parallel_size) {
+      throw CLI::ValidationError("--data-parallel-rank must be in 0..--data-parallel-size - 1");
+    }
+    if (o.timeout_seconds <= 0) throw CLI::ValidationError("--timeout must be positive");
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  } catch (const std::exception& e) {
+    std::cerr << "hotswap-worker: " << e.what() << "\n";
+    std::exit(2);
+  }
+  return o;
+}
+
+}  // namespace hotswap::worker

@@ -1,0 +1,39 @@
+// WorkerOptions: hotswap-worker's command line (the flags are pinned: tests, the demo, the
+// launcher and orchestrators rely on them).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model_loader/layerwise_reload.hpp"
+
+namespace hotswap::worker {
+
+struct WorkerOptions {
+  std::string model;
+  std::string device = "cpu";
+  std::string dtype;         // empty: the checkpoint's
+  std::string quantization;  // empty or "int8"
+  std::string control = "tcp://127.0.0.1:5555";
+  int http_port = 0;  // 0: no HTTP
+  std::optional<nlohmann::json> weight_transfer_config;
+  model_loader::UpdateMode update_mode = model_loader::UpdateMode::kStaged;
+  int data_parallel_rank = 0;
+  int data_parallel_size = 1;
+  double timeout_seconds = 300.0;
+  std::string log_level = "info";
+  std::string curve_secret_key_file;
+  std::string curve_authorized_keys;
+
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
+  }
+
+  // Parses argv; prints help or a usage error and exits as CLI11 does.
+  static WorkerOptions parse(int argc, char** argv);
+};
+
+}  // namespace hotswap::worker
