@@ -170,7 +170,12 @@ void ControlServer::run(const EventFd& stop) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, completions_.fd(), ZMQ_POLLIN, 0},
                                {nullptr, stop.fd(), ZMQ_POLLIN, 0}};
-    zmq::poll(items, 3, std::chrono::milliseconds(-1));
+    try {
+      zmq::poll(items, 3, std::chrono::milliseconds(-1));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // a signal; its eventfd is read on the next round
+      throw;
+    }
     if (items[2].revents & ZMQ_POLLIN) break;
     if (items[1].revents & ZMQ_POLLIN) flush();
     if (items[0].revents & ZMQ_POLLIN) {

@@ -83,7 +83,8 @@ void GenerationScheduler::loop() {
   while (true) {
     wake_.wait(lock, [&] {
       bool admissible = !waiting_.empty() && !paused_ && !draining_;
-      return stop_ || (holds_ == 0 && !paused_ && (admissible || !running_.empty()));
+      return stop_ ||
+             (holds_ == 0 && interrupts_ == 0 && !paused_ && (admissible || !running_.empty()));
     });
     if (stop_) return;
     while (!draining_ && !waiting_.empty() && running_.size() < max_batch_) {
@@ -133,8 +134,11 @@ void GenerationScheduler::loop() {
 
 void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  // The step in progress completes first: pausing never tears a step.
+  // Stop the loop after the step in progress: pausing never tears a step. (The count keeps
+  // the loop from re-entering a step before this thread gets the lock.)
+  ++interrupts_;
   stepped_.wait(lock, [&] { return !stepping_; });
+  --interrupts_;
   switch (mode) {
     case PauseMode::kAbort:  // queued requests count as in flight too
       for (auto& r : running_) {
@@ -152,19 +156,22 @@ void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeou
     case PauseMode::kKeep:
       paused_ = true;
       break;
-    case PauseMode::kWait:
+    case PauseMode::kWait: {
       if (paused_) break;  // already paused: nothing runs, nothing to drain
       draining_ = true;
       wake_.notify_all();
-      if (!stepped_.wait_for(lock, timeout, [&] { return running_.empty(); })) {
-        draining_ = false;
+      bool drained = stepped_.wait_for(lock, timeout, [&] { return running_.empty(); });
+      draining_ = false;
+      if (!drained) {
+        wake_.notify_all();
         throw protocol::TimeoutError("pause(wait): requests in flight did not finish within " +
                                      std::to_string(timeout.count()) + " ms");
       }
-      draining_ = false;
       paused_ = true;
       break;
+    }
   }
+  wake_.notify_all();
 }
 
 void GenerationScheduler::resume() {
@@ -182,7 +189,7 @@ bool GenerationScheduler::is_paused() const {
 
 void GenerationScheduler::hold() {
   std::unique_lock lock(mutex_);
-  ++holds_;
+  ++holds_;  // the loop takes no new step from here on
   stepped_.wait(lock, [&] { return !stepping_; });
 }
 

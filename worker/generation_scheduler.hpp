@@ -101,6 +101,7 @@ class GenerationScheduler {
   bool paused_ = false;
   bool draining_ = false;  // pause(wait) in progress: admit nothing new
   int holds_ = 0;
+  int interrupts_ = 0;  // pause() calls waiting for the step in progress
   bool stepping_ = false;
   bool stop_ = false;
   std::thread thread_;

@@ -26,12 +26,12 @@ nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
   if (action == "checksum") {
     auto sums = digests(checkpoint);
     std::lock_guard lock(mutex_);
-    baseline_ = sums;
+    baselines_[checkpoint] = sums;
     return {{"checksums", sums}};
   }
   if (action == "reset") {
     std::lock_guard lock(mutex_);
-    baseline_.clear();
+    baselines_.clear();
     return {{"status", "reset"}};
   }
   if (action == "compare") {
@@ -45,10 +45,13 @@ nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
       }
     } else {
       std::lock_guard lock(mutex_);
-      if (baseline_.empty()) {
-        throw protocol::ValueError("compare needs a `baseline`, or a checksum taken before it");
+      auto kept = baselines_.find(checkpoint);
+      if (kept == baselines_.end()) {
+        throw protocol::ValueError(
+            "compare needs a `baseline`, or a checksum of the same format "
+            "taken before it");
       }
-      baseline = baseline_;
+      baseline = kept->second;
     }
     auto sums = digests(checkpoint);
     nlohmann::json mismatches = nlohmann::json::array();

@@ -1,8 +1,9 @@
 // WeightChecker: vLLM's weight_checker route. `checksum` returns SHA-256 digests of the runtime
 // tensors keyed `dp<R>:pp0:pcp0:tp0:ep0:<name>` (or, with "format": "checkpoint", of the
 // checkpoint-format tensors keyed by Hugging Face name) and keeps them as the baseline;
-// `compare` checks the live weights against a given `baseline` (or the kept one) and returns
-// `match`, the `mismatches` and the `ranks` that mismatched; `reset` forgets the kept baseline.
+// `compare` checks the live weights against a given `baseline` (or the one kept for that
+// format) and returns `match`, the `mismatches` and the `ranks` that mismatched; `reset`
+// forgets the kept baselines.
 #pragma once
 
 #include <map>
@@ -30,7 +31,7 @@ class WeightChecker {
   std::string key_prefix_;
   int global_rank_;
   std::mutex mutex_;
-  std::map<std::string, std::string> baseline_;
+  std::map<bool, std::map<std::string, std::string>> baselines_;  // by checkpoint_format
 };
 
 }  // namespace hotswap::worker
