@@ -27,6 +27,7 @@ void DiskWeightTransferEngine::receive_weights(const protocol::DiskUpdateInfo& u
     for (const auto& name : checkpoint.names())
       weights.emplace_back(name, checkpoint.tensor(name));
     model().load_weights(weights);
+    add_bytes_received(checkpoint.total_bytes());
     loaded_ = true;
   } catch (...) {
     // Any failure ends the session; in staged mode nothing live was touched.

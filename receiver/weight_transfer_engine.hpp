@@ -7,6 +7,8 @@
 // typed protocol structs before any of their code runs.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,12 +60,19 @@ class WeightTransferEngine {
   void set_weight_update_target(std::shared_ptr<model_loader::LoadableModel> model);
   void reset_weight_update_target();
 
+  // Bytes of weights this engine has received since it was created (for /metrics).
+  std::uint64_t bytes_received() const { return bytes_received_; }
+
   const EngineContext& context() const { return context_; }
   const c10::Device& device() const { return context_.device; }
   // The model the current update loads into.
   model_loader::LoadableModel& model() const;
 
+ protected:
+  void add_bytes_received(std::uint64_t bytes) { bytes_received_ += bytes; }
+
  private:
+  std::atomic<std::uint64_t> bytes_received_{0};
   EngineContext context_;
   std::shared_ptr<model_loader::LoadableModel> target_;
 };

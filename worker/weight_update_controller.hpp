@@ -35,6 +35,7 @@ class WeightUpdateController {
   void update_weight_version(const std::string& new_version);
 
   std::optional<std::string> weight_version() const;
+  std::uint64_t bytes_received() const { return engine_ ? engine_->bytes_received() : 0; }
   bool session_active() const;
 
   // This worker's element of a per-rank `update_info` list (the object itself otherwise).

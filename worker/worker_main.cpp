@@ -6,6 +6,7 @@
 
 #include "worker/control_server.hpp"
 #include "worker/event_fd.hpp"
+#include "worker/http_server.hpp"
 #include "worker/worker_options.hpp"
 #include "worker/worker_service.hpp"
 
@@ -33,8 +34,14 @@ int main(int argc, char** argv) {
   try {
     worker::WorkerService service(options);
     worker::ControlServer server(service, options);
+    std::unique_ptr<worker::HttpServer> http;
+    std::string http_line;
+    if (options.http_port != 0) {
+      http = std::make_unique<worker::HttpServer>(service, options.http_host, options.http_port);
+      http_line = "; http http://" + options.http_host + ":" + std::to_string(http->port());
+    }
     std::cout << "hotswap-worker ready: control " << server.endpoint() << "; " << service.describe()
-              << std::endl;
+              << http_line << std::endl;
     server.run(stop);
     std::cout << "hotswap-worker: shutting down" << std::endl;
   } catch (const std::exception& e) {

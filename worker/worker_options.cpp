@@ -20,6 +20,8 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
   app.add_option("--control", o.control, "ZeroMQ endpoint of the JSON-RPC control socket")
       ->capture_default_str();
   app.add_option("--http-port", o.http_port, "serve vLLM's HTTP routes on this port (off: 0)");
+  app.add_option("--http-host", o.http_host, "address the HTTP routes bind to")
+      ->capture_default_str();
   app.add_option("--weight-transfer-config", transfer_config,
                  "vLLM's flag, e.g. '{\"backend\": \"disk\"}'");
   app.add_option("--update-mode", update_mode, "staged | inplace")->capture_default_str();

@@ -19,6 +19,7 @@ struct WorkerOptions {
   std::string quantization;  // empty or "int8"
   std::string control = "tcp://127.0.0.1:5555";
   int http_port = 0;  // 0: no HTTP
+  std::string http_host = "127.0.0.1";
   std::optional<nlohmann::json> weight_transfer_config;
   model_loader::UpdateMode update_mode = model_loader::UpdateMode::kStaged;
   int data_parallel_rank = 0;

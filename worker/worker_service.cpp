@@ -108,9 +108,34 @@ json WorkerService::health() const {
           {"data_parallel_rank", parallel_.data_parallel_rank}};
 }
 
+// Rejections of a malformed request body, before any work: vLLM's routes answer these with a
+// 400 and record no metric.
+static void check_request_body(const std::string& method, const json& params) {
+  if (method == "init_weight_transfer_engine") {
+    if (!required_object(params, "init_info").is_object()) {
+      throw protocol::ValueError("`init_info` must be a JSON object");
+    }
+  } else if (method == "update_weights") {
+    const json& info = required_object(params, "update_info");
+    if (!info.is_object() && !info.is_array()) {
+      throw protocol::ValueError("`update_info` must be an object or a list of objects");
+    }
+  } else if (method == "update_weight_version") {
+    if (!optional_string(params, "new_version")) {
+      throw protocol::ValueError("Missing 'new_version' in request body");
+    }
+  } else if (method == "finish_weight_update") {
+    (void)optional_string(params, "weight_version");
+  }
+}
+
 json WorkerService::call(const std::string& method, const json& params) {
   if (kOperationNames.contains(method)) {
-    std::string op = kOperationNames.at(method);
+    check_request_body(method, params);
+    const std::string op = kOperationNames.at(method);
+    const bool sets_version = method == "finish_weight_update" &&
+                              params.contains("weight_version") &&
+                              !params["weight_version"].is_null();
     auto start = Clock::now();
     {
       std::lock_guard lock(stats_mutex_);
@@ -122,6 +147,8 @@ json WorkerService::call(const std::string& method, const json& params) {
       --s.in_flight;
       (ok ? s.success : s.error) += 1;
       s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      // vLLM counts a finish that carries a version as two operations.
+      if (sets_version && ok) stats_["set_version"].success += 1;
     };
     try {
       json result = weight_call(method, params);

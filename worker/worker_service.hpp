@@ -42,6 +42,7 @@ class WorkerService {
   };
   std::map<std::string, OperationStats> operation_stats() const;
   std::optional<std::string> weight_version() const { return controller_->weight_version(); }
+  std::uint64_t bytes_received() const { return controller_->bytes_received(); }
 
  private:
   nlohmann::json weight_call(const std::string& method, const nlohmann::json& params);

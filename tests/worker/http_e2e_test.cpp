@@ -1,0 +1,139 @@
+// vLLM's HTTP routes on a real hotswap-worker process: paths, methods, bodies, status codes.
+#include <boost/test/unit_test.hpp>
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "model_loader/model_test_support.hpp"
+#include "worker/worker_process.hpp"
+
+using namespace hotswap;
+using nlohmann::json;
+using testing::CheckpointDir;
+using testing::WorkerProcess;
+
+namespace {
+
+// A loopback port that was free a moment ago.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+struct Fixture {
+  model_loader::ModelConfig config = testing::tiny_config(model_loader::Architecture::kQwen2);
+  CheckpointDir old_ckpt{config, 1100};
+  CheckpointDir new_ckpt{config, 1200};
+  int port = free_port();
+  WorkerProcess worker{{"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+                        R"({"backend": "disk"})", "--http-port", std::to_string(port)}};
+  httplib::Client http{"127.0.0.1", port};
+
+  std::pair<int, json> post(const std::string& path, const std::string& body = "") {
+    auto res = http.Post(path.c_str(), body, "application/json");
+    BOOST_REQUIRE_MESSAGE(res, "no HTTP reply for " << path);
+    return {res->status, json::parse(res->body, nullptr, false)};
+  }
+  std::pair<int, json> get(const std::string& path) {
+    auto res = http.Get(path.c_str());
+    BOOST_REQUIRE_MESSAGE(res, "no HTTP reply for " << path);
+    return {res->status, json::parse(res->body, nullptr, false)};
+  }
+};
+
+using Reply = std::pair<int, json>;
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(http_routes)
+
+BOOST_FIXTURE_TEST_CASE(routes_answer_with_vllms_status_codes_and_bodies, Fixture) {
+  json path = {{"update_info", {{"path", new_ckpt.dir.path.string()}}}};
+  BOOST_TEST((post("/init_weight_transfer_engine", R"({"init_info": {}})") ==
+              Reply{200, {{"message", "Weight transfer initialized"}}}));
+  BOOST_TEST((post("/start_weight_update") == Reply{200, {{"message", "Weight update started"}}}));
+  BOOST_TEST(
+      (post("/update_weights", path.dump()) == Reply{200, {{"message", "Weights updated"}}}));
+  BOOST_TEST((post("/finish_weight_update", R"({"weight_version": "step-3"})") ==
+              Reply{200, {{"message", "Weight update finished"}}}));
+  BOOST_TEST((get("/weight_info") == Reply{200, {{"weight_version", "step-3"}}}));
+  BOOST_TEST((post("/update_weight_version", R"({"new_version": "step-4"})") ==
+              Reply{200, {{"success", true}, {"new_version", "step-4"}}}));
+  BOOST_TEST((post("/pause?mode=keep") == Reply{200, {{"status", "paused"}}}));
+  BOOST_TEST((get("/is_paused") == Reply{200, {{"is_paused", true}}}));
+  BOOST_TEST((post("/resume") == Reply{200, {{"status", "resumed"}}}));
+  BOOST_TEST((get("/get_world_size") == Reply{200, {{"world_size", 1}}}));
+  BOOST_TEST((get("/get_world_size?include_dp=false") == Reply{200, {{"world_size", 1}}}));
+  auto [status, sums] = post("/weight_checker", R"({"action": "checksum"})");
+  BOOST_TEST(status == 200);
+  BOOST_TEST(sums["checksums"].contains("dp0:pp0:pcp0:tp0:ep0:model.norm.weight"));
+  auto [gen_status, generated] =
+      post("/generate", R"({"prompt_token_ids": [1, 2, 3], "max_tokens": 3, "temperature": 0})");
+  BOOST_TEST(gen_status == 200);
+  BOOST_TEST(generated["weight_versions"] == json({{"step-4", 0, 3}}));
+}
+
+BOOST_FIXTURE_TEST_CASE(bad_requests_are_400s_and_wrong_order_409s, Fixture) {
+  BOOST_TEST(post("/init_weight_transfer_engine", "{not json").first == 400);
+  BOOST_TEST(post("/init_weight_transfer_engine", "{not json").second["detail"] ==
+             "Invalid JSON format");
+  auto [s1, b1] = post("/init_weight_transfer_engine", "{}");
+  BOOST_TEST(s1 == 400);
+  BOOST_TEST(b1["detail"] == "Missing 'init_info' in request body");
+  BOOST_TEST(post("/init_weight_transfer_engine", "[1]").second["detail"] ==
+             "Request body must be a JSON object");
+  BOOST_TEST(post("/init_weight_transfer_engine", R"({"init_info": 3})").first == 400);
+  BOOST_TEST(post("/update_weights", "{}").second["detail"] ==
+             "Missing 'update_info' in request body");
+  auto [s2, b2] = post("/pause?mode=sideways");
+  BOOST_TEST(s2 == 400);
+  BOOST_TEST(b2["error"]["param"] == "query.mode");
+  BOOST_TEST(get("/is_paused").second["is_paused"] == false);  // no state change
+  BOOST_TEST(post("/update_weights", R"({"update_info": {"path": "/x"}})").first == 409);
+  BOOST_TEST(post("/finish_weight_update").first == 409);
+  BOOST_TEST(post("/weight_checker", R"({"action": "explode"})").first == 400);
+  // The worker is still there and serving.
+  BOOST_TEST(get("/health").first == 200);
+}
+
+BOOST_FIXTURE_TEST_CASE(metrics_count_weight_operations_but_not_rejected_input, Fixture) {
+  post("/init_weight_transfer_engine", "{}");  // rejected input: no metric
+  post("/init_weight_transfer_engine", R"({"init_info": {}})");
+  post("/start_weight_update");
+  post("/update_weights", json({{"update_info", {{"path", new_ckpt.dir.path.string()}}}}).dump());
+  post("/finish_weight_update", R"({"weight_version": "v9"})");
+  post("/finish_weight_update");  // wrong order: an error
+  auto res = http.Get("/metrics");
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->status == 200);
+  const std::string& text = res->body;
+  auto has = [&](const std::string& line) {
+    bool found = text.find(line) != std::string::npos;
+    if (!found) BOOST_TEST_MESSAGE("missing metric line: " << line << "\n" << text);
+    return found;
+  };
+  BOOST_TEST(
+      has("vllm:rl_weight_update_operations_total{operation=\"init\",status=\"success\"} 1"));
+  BOOST_TEST(has("vllm:rl_weight_update_operations_total{operation=\"init\",status=\"error\"} 0"));
+  BOOST_TEST(
+      has("vllm:rl_weight_update_operations_total{operation=\"finish\",status=\"success\"} 1"));
+  BOOST_TEST(
+      has("vllm:rl_weight_update_operations_total{operation=\"finish\",status=\"error\"} 1"));
+  BOOST_TEST(has(
+      "vllm:rl_weight_update_operations_total{operation=\"set_version\",status=\"success\"} 1"));
+  BOOST_TEST(has("vllm:rl_weight_update_operations_in_flight{operation=\"update\"} 0"));
+  BOOST_TEST(has("vllm:rl_weight_update_operation_duration_seconds_count{operation=\"update\"} 1"));
+  BOOST_TEST(has("hotswap_weight_version_info{version=\"v9\"} 1"));
+  BOOST_TEST(!has("hotswap_weight_bytes_received_total 0\n"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
