@@ -359,6 +359,16 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
 
 // ---- checksums -----------------------------------------------------------------------------
 
+void LlamaModel::zero_weights() {
+  std::lock_guard reload(reload_mutex_);
+  if (reload_) throw protocol::RuntimeError("cannot reset weights during a weight update");
+  std::unique_lock lock(store_.mutex());
+  for (std::size_t i = 0; i < mapping_.runtime_params().size(); ++i) {
+    store_[i].value.zero_();
+    if (store_[i].scale.defined()) store_[i].scale.zero_();
+  }
+}
+
 std::map<std::string, std::string> LlamaModel::runtime_checksums(
     const std::string& key_prefix) const {
   std::shared_lock lock(store_.mutex());

@@ -72,6 +72,10 @@ class LlamaModel final : public LoadableModel {
   at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                      bool all_positions = false) const;
 
+  // Zeroes every runtime tensor (vLLM's weight_checker `reset`): a following update can then
+  // be seen to land whole. Not allowed during a reload.
+  void zero_weights();
+
   // SHA-256 of each runtime tensor's bytes, keyed `<key_prefix><runtime name>` (vLLM's checker
   // prefixes "dp0:pp0:pcp0:tp0:ep0:"); int8 scales appear as `<name>_scale`.
   std::map<std::string, std::string> runtime_checksums(const std::string& key_prefix) const;

@@ -1,13 +1,12 @@
 // WeightChecker: vLLM's weight_checker route. `checksum` returns SHA-256 digests of the runtime
 // tensors keyed `dp<R>:pp0:pcp0:tp0:ep0:<name>` (or, with "format": "checkpoint", of the
-// checkpoint-format tensors keyed by Hugging Face name) and keeps them as the baseline;
-// `compare` checks the live weights against a given `baseline` (or the one kept for that
-// format) and returns `match`, the `mismatches` and the `ranks` that mismatched; `reset`
-// forgets the kept baselines.
+// checkpoint-format tensors keyed by Hugging Face name); `compare` checks them against the
+// given `baseline` and returns `match`, the sorted `mismatches` (keys whose digests differ or
+// that only one side has) and the `ranks` that mismatched; `reset` zeroes every weight, as
+// vLLM's does, so that a following update can be seen to land whole.
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,20 +17,16 @@ namespace hotswap::worker {
 
 class WeightChecker {
  public:
-  WeightChecker(std::shared_ptr<const model_loader::LlamaModel> model, int data_parallel_rank,
+  WeightChecker(std::shared_ptr<model_loader::LlamaModel> model, int data_parallel_rank,
                 int global_rank);
 
   // Runs one action; ValueError for a bad action or body.
   nlohmann::json handle(const nlohmann::json& params);
 
  private:
-  std::map<std::string, std::string> digests(bool checkpoint_format) const;
-
-  std::shared_ptr<const model_loader::LlamaModel> model_;
+  std::shared_ptr<model_loader::LlamaModel> model_;
   std::string key_prefix_;
   int global_rank_;
-  std::mutex mutex_;
-  std::map<bool, std::map<std::string, std::string>> baselines_;  // by checkpoint_format
 };
 
 }  // namespace hotswap::worker

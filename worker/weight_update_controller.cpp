@@ -139,6 +139,12 @@ void WeightUpdateController::finish_weight_update(const std::optional<std::strin
   if (version) weight_version_ = *version;
 }
 
+void WeightUpdateController::shutdown_weight_transfer_engine() {
+  auto& e = engine();
+  if (session_active()) end_session();
+  e.shutdown();
+}
+
 void WeightUpdateController::update_weight_version(const std::string& new_version) {
   std::lock_guard lock(mutex_);
   weight_version_ = new_version;

@@ -33,6 +33,9 @@ class WeightUpdateController {
   void update_weights(const nlohmann::json& update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
   void update_weight_version(const std::string& new_version);
+  // Tears the engine's data channel down (vLLM's shutdown_weight_transfer_engine), ending any
+  // session first; a new init_weight_transfer_engine opens it again.
+  void shutdown_weight_transfer_engine();
 
   std::optional<std::string> weight_version() const;
   std::uint64_t bytes_received() const { return engine_ ? engine_->bytes_received() : 0; }

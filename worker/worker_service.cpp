@@ -15,9 +15,13 @@ using Clock = std::chrono::steady_clock;
 
 // vLLM's metric names for each weight operation.
 const std::map<std::string, std::string> kOperationNames = {
-    {"init_weight_transfer_engine", "init"},      {"start_weight_update", "start"},
-    {"start_draft_weight_update", "start_draft"}, {"update_weights", "update"},
-    {"finish_weight_update", "finish"},           {"update_weight_version", "set_version"},
+    {"init_weight_transfer_engine", "init"},
+    {"shutdown_weight_transfer_engine", "shutdown"},
+    {"start_weight_update", "start"},
+    {"start_draft_weight_update", "start_draft"},
+    {"update_weights", "update"},
+    {"finish_weight_update", "finish"},
+    {"update_weight_version", "set_version"},
 };
 
 model_loader::ModelOptions model_options(const WorkerOptions& o) {
@@ -211,6 +215,11 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
     if (!init_info.is_object()) throw protocol::ValueError("`init_info` must be a JSON object");
     controller_->init_weight_transfer_engine(init_info);
     return {{"message", "Weight transfer initialized"}};
+  }
+  if (method == "shutdown_weight_transfer_engine") {
+    controller_->shutdown_weight_transfer_engine();
+    release_hold_if_ended();
+    return {{"message", "Weight transfer shut down"}};
   }
   if (method == "start_weight_update" || method == "start_draft_weight_update") {
     // In place, generation must not read weights that are being written: hold it.

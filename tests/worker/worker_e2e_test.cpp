@@ -115,14 +115,17 @@ BOOST_FIXTURE_TEST_CASE(every_method_answers_with_vllms_bodies, Fixture) {
   json compare = client.call("weight_checker", {{"action", "compare"}, {"baseline", old_sums}});
   BOOST_TEST(compare["match"] == false);
   BOOST_TEST(compare["ranks"] == json({1}));
+  BOOST_TEST(compare["mismatches"].size() == old_sums.size());  // every tensor changed
   auto ckpt_sums =
       client.call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
   auto file = new_ckpt.open();
   BOOST_TEST(ckpt_sums["checksums"]["model.layers.1.mlp.up_proj.weight"] ==
              transport::sha256_hex(file.tensor("model.layers.1.mlp.up_proj.weight")));
-  BOOST_TEST(client.call("weight_checker",
-                         {{"action", "compare"}, {"format", "checkpoint"}})["match"] == true);
-  BOOST_TEST(client.call("weight_checker", {{"action", "reset"}}) == json({{"status", "reset"}}));
+  json same = client.call(
+      "weight_checker",
+      {{"action", "compare"}, {"format", "checkpoint"}, {"baseline", ckpt_sums["checksums"]}});
+  BOOST_TEST(same ==
+             json({{"match", true}, {"mismatches", json::array()}, {"ranks", json::array()}}));
 
   json after = client.call("generate", greedy(5));
   BOOST_TEST(after["weight_versions"] == json({{"step-1b", 0, 5}}));
@@ -132,6 +135,19 @@ BOOST_FIXTURE_TEST_CASE(every_method_answers_with_vllms_bodies, Fixture) {
   BOOST_TEST(client.call("is_paused") == json({{"is_paused", true}}));
   BOOST_TEST(client.call("resume") == json({{"status", "resumed"}}));
   BOOST_TEST(client.call("resume") == json({{"status", "resumed"}}));
+  // reset zeroes every weight (vLLM's checker), so the next update can be seen to land whole.
+  BOOST_TEST(client.call("weight_checker", {{"action", "reset"}}) == json({{"status", "reset"}}));
+  BOOST_TEST(checksums(client) != old_sums);
+  BOOST_TEST(client.call("shutdown_weight_transfer_engine") ==
+             json({{"message", "Weight transfer shut down"}}));
+  client.call("init_weight_transfer_engine", {{"init_info", json::object()}});
+  client.call("start_weight_update");
+  client.call("update_weights", {{"update_info", {{{"path", "/nowhere"}}, path_of(new_ckpt)}}});
+  client.call("finish_weight_update");
+  json whole = client.call(
+      "weight_checker",
+      {{"action", "compare"}, {"format", "checkpoint"}, {"baseline", ckpt_sums["checksums"]}});
+  BOOST_TEST(whole["match"] == true);
   BOOST_TEST(client.call("shutdown") == json({{"status", "shutting down"}}));
   BOOST_TEST(worker->wait_exit(15s) == 0);
 }
@@ -182,6 +198,8 @@ BOOST_FIXTURE_TEST_CASE(every_error_path_keeps_the_worker_alive_and_its_weights,
        "`prompt_token_ids` must be a non-empty"},
       {req("generate", {{"prompt_token_ids", {1, 999}}}), -32602, "prompt token id 999 is outside"},
       {req("weight_checker", {{"action", "explode"}}), -32602, "Invalid weight_checker action"},
+      {req("weight_checker", {{"action", "compare"}}), -32602,
+       "action='compare' requires a 'baseline' object"},
       {req("update_weight_version", json::object()), -32602, "Missing 'new_version'"},
   };
   // Update payloads that fail inside a session: each ends the session, the next start is clean.
@@ -332,7 +350,8 @@ BOOST_FIXTURE_TEST_CASE(pause_modes_and_weight_version_spans, Fixture) {
   auto drained = std::async(std::launch::async, [&] { return b.call("generate", greedy(200)); });
   std::this_thread::sleep_for(100ms);
   a.call("pause", {{"mode", "wait"}});
-  BOOST_TEST((drained.wait_for(0ms) == std::future_status::ready));
+  BOOST_TEST(
+      (drained.wait_for(5s) == std::future_status::ready));  // its reply may trail the pause reply
   BOOST_TEST(drained.get()["finish_reason"] == "length");
   a.call("resume");
 }
