@@ -74,9 +74,10 @@ HttpServer::HttpServer(WorkerService& service, const std::string& host, int port
     }
   };
   // POST routes whose JSON body is the method's params.
-  for (const char* method : {"init_weight_transfer_engine", "start_weight_update",
-                             "start_draft_weight_update", "update_weights", "finish_weight_update",
-                             "update_weight_version", "weight_checker", "generate", "resume"}) {
+  for (const char* method :
+       {"init_weight_transfer_engine", "shutdown_weight_transfer_engine", "start_weight_update",
+        "start_draft_weight_update", "update_weights", "finish_weight_update",
+        "update_weight_version", "weight_checker", "generate", "resume"}) {
     server_->Post(std::string("/") + method,
                   [call, method](const httplib::Request& req, httplib::Response& res) {
                     if (auto body = body_of(req, res)) call(method, *body, res);
