@@ -1,6 +1,8 @@
 // End to end: real hotswap-worker processes on loopback, driven over ZeroMQ JSON-RPC.
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
+
 #include <future>
 
 #include "model_loader/model_test_support.hpp"

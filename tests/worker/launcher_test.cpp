@@ -1,0 +1,86 @@
+// hotswap-launch with real worker replicas: the ready line, ranks, a killed replica, shutdown.
+#include <boost/test/unit_test.hpp>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include "model_loader/model_test_support.hpp"
+#include "trainer_sdk/rpc_client.hpp"
+#include "worker/child_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+bool port_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Two consecutive free loopback ports.
+int free_port_pair() {
+  for (int port = 20000 + (::getpid() * 7) % 30000; port < 60000; port += 2) {
+    if (port_free(port) && port_free(port + 1)) return port;
+  }
+  throw std::runtime_error("no two consecutive free ports");
+}
+
+struct Launch {
+  testing::CheckpointDir ckpt{testing::tiny_config(model_loader::Architecture::kLlama), 1300};
+  int base = free_port_pair();
+  worker::ChildProcess launcher{
+      HOTSWAP_LAUNCH_BINARY,
+      {"--replicas", "2", "--base-port", std::to_string(base), "--", "--model",
+       ckpt.dir.path.string(), "--weight-transfer-config", R"({"backend": "disk"})"}};
+  json ready;
+
+  Launch() {
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (ready.is_null() && std::chrono::steady_clock::now() < deadline) {
+      launcher.read_output(200ms);
+      for (const auto& line : launcher.take_lines()) {
+        if (line.starts_with("{")) ready = json::parse(line);
+      }
+      if (launcher.poll_exit()) break;
+    }
+    BOOST_REQUIRE_MESSAGE(!ready.is_null(), "no ready line: " << launcher.output());
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(launcher)
+
+BOOST_FIXTURE_TEST_CASE(replicas_start_with_consecutive_ports_and_ranks, Launch) {
+  BOOST_TEST(ready["endpoints"] == json({"tcp://127.0.0.1:" + std::to_string(base),
+                                         "tcp://127.0.0.1:" + std::to_string(base + 1)}));
+  for (int i = 0; i < 2; ++i) {
+    trainer_sdk::RpcClient client(ready["endpoints"][i].get<std::string>(), 10s);
+    BOOST_TEST(client.call("health")["data_parallel_rank"] == i);
+    BOOST_TEST(client.call("get_world_size") == json({{"world_size", 2}}));
+  }
+  ::kill(launcher.pid(), SIGTERM);
+  BOOST_TEST(launcher.wait_exit(30s).value_or(-2) == 0);
+  for (const auto& pid : ready["pids"])
+    BOOST_TEST(::kill(pid.get<pid_t>(), 0) == -1);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_dead_replica_is_named_and_the_others_stop, Launch) {
+  ::kill(ready["pids"][1].get<pid_t>(), SIGKILL);
+  auto status = launcher.wait_exit(30s);
+  BOOST_TEST(status.value_or(0) != 0);
+  BOOST_TEST(launcher.output().find("replica 1 (tcp://127.0.0.1:" + std::to_string(base + 1) +
+                                    ") exited") != std::string::npos);
+  BOOST_TEST(::kill(ready["pids"][0].get<pid_t>(), 0) == -1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

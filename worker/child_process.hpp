@@ -1,0 +1,49 @@
+// ChildProcess: RAII over a child process started with fork/exec, whose stdout and stderr come
+// back through one pipe. Destruction stops it (SIGTERM, then SIGKILL after a grace period), so
+// no replica outlives its owner on any exit path. Used by hotswap-launch and by the tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hotswap::worker {
+
+class ChildProcess {
+ public:
+  ChildProcess(const std::string& binary, const std::vector<std::string>& args);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  int output_fd() const { return out_; }
+  bool running() const { return pid_ > 0; }
+
+  // Reads what is available within `timeout` into the output buffer; false at end of output.
+  bool read_output(std::chrono::milliseconds timeout);
+  const std::string& output() const { return output_; }
+  // Takes the complete lines read so far out of the buffer.
+  std::vector<std::string> take_lines();
+
+  // The exit status if the process has ended (-1 for a signal), without waiting.
+  std::optional<int> poll_exit();
+  // Waits up to `timeout` for the process to end by itself.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+  // SIGTERM, then SIGKILL after `grace`. Returns the exit status (-1 if killed by a signal).
+  int stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+
+ private:
+  int finish(int status);
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  int status_ = -1;
+  std::string output_;
+  std::size_t taken_ = 0;
+};
+
+}  // namespace hotswap::worker
