@@ -9,12 +9,18 @@ namespace hotswap::trainer_sdk {
 
 using Clock = std::chrono::steady_clock;
 
-RpcClient::RpcClient(std::string endpoint, std::chrono::milliseconds timeout)
+RpcClient::RpcClient(std::string endpoint, std::chrono::milliseconds timeout,
+                     const std::optional<CurveKeys>& curve)
     : endpoint_(std::move(endpoint)),
       timeout_(timeout),
       context_(1),
       socket_(context_, zmq::socket_type::dealer) {
   socket_.set(zmq::sockopt::linger, 0);  // never block process exit on unsent requests
+  if (curve) {
+    socket_.set(zmq::sockopt::curve_serverkey, curve->server_public);
+    socket_.set(zmq::sockopt::curve_publickey, curve->public_key);
+    socket_.set(zmq::sockopt::curve_secretkey, curve->secret_key);
+  }
   try {
     socket_.connect(endpoint_);
   } catch (const zmq::error_t& e) {

@@ -16,9 +16,17 @@
 
 namespace hotswap::trainer_sdk {
 
+// A client's CURVE identity and the server key it trusts, each a 40-character Z85 string.
+struct CurveKeys {
+  std::string server_public;
+  std::string public_key;
+  std::string secret_key;
+};
+
 class RpcClient {
  public:
-  RpcClient(std::string endpoint, std::chrono::milliseconds timeout);
+  RpcClient(std::string endpoint, std::chrono::milliseconds timeout,
+            const std::optional<CurveKeys>& curve = std::nullopt);
 
   nlohmann::json call(std::string_view method,
                       const nlohmann::json& params = nlohmann::json::object(),
