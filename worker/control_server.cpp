@@ -57,7 +57,7 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
 }
 
 ControlServer::~ControlServer() {
-  reap(/*all=*/true);
+  stop_pool();
   zap_stop_ = true;
   if (zap_thread_.joinable()) zap_thread_.join();
 }
@@ -130,28 +130,52 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     send(run(std::move(reply)));
     return;
   }
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread thread([this, run, done, envelope = std::move(reply.envelope)]() mutable {
-    Reply out = run(Reply{std::move(envelope), {}});
+  // std::function needs a copyable callable; the routing frames are move-only.
+  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
+  submit([this, run, envelope] {
+    Reply out = run(Reply{std::move(*envelope), {}});
     {
       std::lock_guard lock(mutex_);
       done_.push_back(std::move(out));
     }
-    *done = true;
     completions_.notify();
   });
-  tasks_.push_back(Task{std::move(thread), done});
 }
 
-void ControlServer::reap(bool all) {
-  for (auto it = tasks_.begin(); it != tasks_.end();) {
-    if (all || *it->done) {
-      it->thread.join();
-      it = tasks_.erase(it);
-    } else {
-      ++it;
-    }
+void ControlServer::submit(std::function<void()> task) {
+  std::lock_guard lock(pool_mutex_);
+  queue_.push_back(std::move(task));
+  if (idle_ > 0) {
+    pool_wake_.notify_one();
+    return;
   }
+  pool_.emplace_back([this] {
+    std::unique_lock guard(pool_mutex_);
+    while (true) {
+      ++idle_;
+      pool_wake_.wait(guard, [&] { return pool_stop_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      auto next = std::move(queue_.front());
+      queue_.pop_front();
+      guard.unlock();
+      next();
+      guard.lock();
+    }
+  });
+}
+
+// Runs what is queued to completion, then joins every pooled thread.
+void ControlServer::stop_pool() {
+  {
+    std::lock_guard lock(pool_mutex_);
+    pool_stop_ = true;
+  }
+  pool_wake_.notify_all();
+  for (auto& t : pool_) {
+    if (t.joinable()) t.join();
+  }
+  pool_.clear();
 }
 
 void ControlServer::run(const EventFd& stop) {
@@ -164,7 +188,6 @@ void ControlServer::run(const EventFd& stop) {
     }
     for (auto& r : ready)
       send(std::move(r));
-    reap(/*all=*/false);
   };
   while (!service_.shutdown_requested()) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
@@ -189,7 +212,7 @@ void ControlServer::run(const EventFd& stop) {
     }
   }
   // Calls in progress finish and are answered; nothing new is taken.
-  reap(/*all=*/true);
+  stop_pool();
   flush();
 }
 

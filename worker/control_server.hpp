@@ -6,7 +6,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -50,12 +52,17 @@ class ControlServer {
   EventFd completions_;
   std::mutex mutex_;
   std::deque<Reply> done_;
-  struct Task {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  void reap(bool all);
-  std::list<Task> tasks_;
+  // Long calls run on pooled threads that live as long as the server: a fresh thread per call
+  // would pay libtorch's per-thread set-up (its OpenMP team) on every update. The pool grows
+  // when every thread is busy (a generate or a transfer may block one for long).
+  void submit(std::function<void()> task);
+  void stop_pool();
+  std::mutex pool_mutex_;
+  std::condition_variable pool_wake_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> pool_;
+  std::size_t idle_ = 0;
+  bool pool_stop_ = false;
   zmq::socket_t zap_;
   std::thread zap_thread_;
   std::atomic<bool> zap_stop_{false};

@@ -40,13 +40,13 @@ BOOST_AUTO_TEST_CASE(only_authorized_client_keys_are_answered) {
   testing::WorkerProcess worker({"--model", ckpt.dir.path.string(), "--curve-secret-key-file",
                                  (keys.path / "server.key").string(), "--curve-authorized-keys",
                                  (keys.path / "authorized").string()});
-  trainer_sdk::RpcClient trusted(worker.endpoint(), 10s,
-                                 trainer_sdk::CurveKeys{server.public_key, allowed.public_key,
-                                                        allowed.secret_key});
+  trainer_sdk::RpcClient trusted(
+      worker.endpoint(), 10s,
+      trainer_sdk::CurveKeys{server.public_key, allowed.public_key, allowed.secret_key});
   BOOST_TEST(trusted.call("health")["status"] == "ok");
-  trainer_sdk::RpcClient untrusted(worker.endpoint(), 1s,
-                                   trainer_sdk::CurveKeys{server.public_key, stranger.public_key,
-                                                          stranger.secret_key});
+  trainer_sdk::RpcClient untrusted(
+      worker.endpoint(), 1s,
+      trainer_sdk::CurveKeys{server.public_key, stranger.public_key, stranger.secret_key});
   BOOST_CHECK_THROW(untrusted.call("health"), protocol::TimeoutError);
   trainer_sdk::RpcClient plain(worker.endpoint(), 1s);
   BOOST_CHECK_THROW(plain.call("health"), protocol::TimeoutError);
@@ -55,7 +55,8 @@ BOOST_AUTO_TEST_CASE(only_authorized_client_keys_are_answered) {
 
 BOOST_AUTO_TEST_CASE(binding_beyond_loopback_without_curve_warns) {
   testing::CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kLlama), 1500);
-  testing::WorkerProcess worker({"--model", ckpt.dir.path.string(), "--control", "tcp://0.0.0.0:*"});
+  testing::WorkerProcess worker(
+      {"--model", ckpt.dir.path.string(), "--control", "tcp://0.0.0.0:*"});
   BOOST_TEST(worker.output().find("without CURVE authentication") != std::string::npos);
 }
 

@@ -1,0 +1,162 @@
+// Worker control-plane figures, against a real hotswap-worker process on loopback:
+//  - round trip of `health` (median, p99);
+//  - one four-call round (init, start, update, finish) over the disk backend with a tiny
+//    checkpoint, whose load is a small part of it (target: under 1 ms);
+//  - disk-backend update throughput on a few-hundred-MB checkpoint, next to a plain sequential
+//    read() of the same files in the same run.
+// Prints a table and one JSON line per measurement.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model_loader/synthetic_checkpoint.hpp"
+#include "trainer_sdk/rpc_client.hpp"
+#include "worker/child_process.hpp"
+
+using namespace hotswap;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * v.size()))];
+}
+
+void report(const std::string& name, double value, const std::string& unit, json extra = {}) {
+  std::printf("%-44s %12.3f %s\n", name.c_str(), value, unit.c_str());
+  json line = {{"bench", "control"}, {"measure", name}, {"value", value}, {"unit", unit}};
+  if (extra.is_object()) line.update(extra);
+  std::cout << line.dump() << std::endl;
+}
+
+std::uint64_t plain_read(const fs::path& dir) {
+  std::vector<char> buffer(8 << 20);
+  std::uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    int fd = ::open(e.path().c_str(), O_RDONLY);
+    for (ssize_t n; fd >= 0 && (n = ::read(fd, buffer.data(), buffer.size())) > 0;)
+      total += n;
+    if (fd >= 0) ::close(fd);
+  }
+  return total;
+}
+
+model_loader::ModelConfig llama(std::int64_t hidden, std::int64_t layers, std::int64_t vocab) {
+  model_loader::ModelConfig c;
+  c.hidden_size = hidden;
+  c.intermediate_size = hidden * 11 / 4;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = hidden / 64;
+  c.num_key_value_heads = std::max<std::int64_t>(1, hidden / 256);
+  c.head_dim = 64;
+  c.vocab_size = vocab;
+  c.torch_dtype = protocol::DType::kBFloat16;
+  return model_loader::ModelConfig::from_json(c.to_json());
+}
+
+// Starts a worker on `model` and returns it with its endpoint.
+std::pair<std::unique_ptr<worker::ChildProcess>, std::string> start_worker(
+    const std::string& binary, const fs::path& model) {
+  auto p = std::make_unique<worker::ChildProcess>(
+      binary, std::vector<std::string>{"--model", model.string(), "--control", "tcp://127.0.0.1:*",
+                                       "--weight-transfer-config", R"({"backend": "disk"})"});
+  const std::string marker = "hotswap-worker ready: control ";
+  while (p->output().find(marker) == std::string::npos ||
+         p->output().find(';') == std::string::npos) {
+    if (!p->read_output(std::chrono::seconds(60))) throw std::runtime_error(p->output());
+  }
+  auto pos = p->output().find(marker) + marker.size();
+  return {std::move(p), p->output().substr(pos, p->output().find(';', pos) - pos)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string worker_binary =
+      argc > 1
+          ? argv[1]
+          : (fs::canonical("/proc/self/exe").parent_path().parent_path() / "worker/hotswap-worker")
+                .string();
+  fs::path work =
+      fs::temp_directory_path() / ("hotswap-control-bench-" + std::to_string(::getpid()));
+  model_loader::SyntheticCheckpointOptions options;
+  model_loader::write_synthetic_checkpoint(work / "tiny_a", llama(128, 2, 512), options);
+  options.seed = 1;
+  model_loader::write_synthetic_checkpoint(work / "tiny_b", llama(128, 2, 512), options);
+  std::uint64_t big_bytes =
+      model_loader::write_synthetic_checkpoint(work / "big_a", llama(1024, 8, 32000), options);
+  options.seed = 2;
+  model_loader::write_synthetic_checkpoint(work / "big_b", llama(1024, 8, 32000), options);
+
+  {
+    auto [proc, endpoint] = start_worker(worker_binary, work / "tiny_a");
+    trainer_sdk::RpcClient client(endpoint, std::chrono::seconds(30));
+    for (int i = 0; i < 100; ++i)
+      client.call("health");
+    std::vector<double> rtt;
+    for (int i = 0; i < 2000; ++i) {
+      auto t = Clock::now();
+      client.call("health");
+      rtt.push_back(ms_since(t));
+    }
+    report("health round trip, median", percentile(rtt, 0.5), "ms");
+    report("health round trip, p99", percentile(rtt, 0.99), "ms");
+
+    std::vector<double> rounds;
+    for (int i = 0; i < 200; ++i) {
+      fs::path next = work / (i % 2 ? "tiny_a" : "tiny_b");
+      auto t = Clock::now();
+      client.call("init_weight_transfer_engine", {{"init_info", json::object()}});
+      client.call("start_weight_update");
+      client.call("update_weights", {{"update_info", {{"path", next.string()}}}});
+      client.call("finish_weight_update", {{"weight_version", std::to_string(i)}});
+      rounds.push_back(ms_since(t));
+    }
+    report("four-call round (disk, 0.4 MB checkpoint), median", percentile(rounds, 0.5), "ms");
+    client.call("shutdown");
+    proc->wait_exit(std::chrono::seconds(30));
+  }
+
+  {
+    auto [proc, endpoint] = start_worker(worker_binary, work / "big_a");
+    trainer_sdk::RpcClient client(endpoint, std::chrono::seconds(120));
+    client.call("init_weight_transfer_engine", {{"init_info", json::object()}});
+    std::vector<double> update_gbps, read_gbps;
+    for (int i = 0; i < 3; ++i) {
+      fs::path next = work / (i % 2 ? "big_a" : "big_b");
+      plain_read(next);  // warm, as the update will find it
+      auto t = Clock::now();
+      std::uint64_t bytes = plain_read(next);
+      read_gbps.push_back(bytes / ms_since(t) / 1e6);
+      client.call("start_weight_update");
+      t = Clock::now();
+      client.call("update_weights", {{"update_info", {{"path", next.string()}}}});
+      client.call("finish_weight_update");
+      update_gbps.push_back(big_bytes / ms_since(t) / 1e6);
+    }
+    double read = percentile(read_gbps, 0.5), update = percentile(update_gbps, 0.5);
+    report("plain sequential read of the checkpoint (limit)", read, "GB/s");
+    report("disk-backend update + commit, staged", update, "GB/s",
+           {{"bytes", big_bytes}, {"ratio_to_plain_read", update / read}});
+    client.call("shutdown");
+    proc->wait_exit(std::chrono::seconds(30));
+  }
+  fs::remove_all(work);
+  return 0;
+}
