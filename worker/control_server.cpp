@@ -33,7 +33,11 @@ std::string read_key_file(const std::filesystem::path& path) {
 }  // namespace
 
 ControlServer::ControlServer(WorkerService& service, const WorkerOptions& options)
-    : service_(service), context_(1), socket_(context_, zmq::socket_type::router) {
+    : service_(service),
+      debug_(options.log_level == "debug"),
+      warn_(options.log_level != "error"),
+      context_(1),
+      socket_(context_, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);  // a client that went away is not an error
   const bool curve = !options.curve_secret_key_file.empty();
@@ -118,11 +122,19 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     return;
   }
   auto run = [this, request](Reply out) {
+    auto start = std::chrono::steady_clock::now();
+    std::string outcome = "ok";
     try {
       out.body =
           protocol::make_result(request.id, service_.call(request.method, request.params)).dump();
     } catch (const std::exception& e) {
       out.body = protocol::make_error(request.id, e).dump();
+      outcome = std::string("error: ") + e.what();
+    }
+    if (debug_ || (warn_ && outcome != "ok")) {
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                      .count();
+      std::cerr << "hotswap-worker: " << request.method << " " << ms << " ms " << outcome << "\n";
     }
     return out;
   };

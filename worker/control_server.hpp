@@ -46,6 +46,8 @@ class ControlServer {
   void start_zap_handler(const std::string& authorized_keys_dir);
 
   WorkerService& service_;
+  bool debug_;  // --log-level debug: one line per call
+  bool warn_;   // every level but error: one line per failed call
   zmq::context_t context_;
   zmq::socket_t socket_;
   std::string endpoint_;

@@ -29,7 +29,9 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
   app.add_option("--data-parallel-size", o.data_parallel_size);
   app.add_option("--timeout", o.timeout_seconds, "seconds for every blocking wait")
       ->capture_default_str();
-  app.add_option("--log-level", o.log_level, "debug | info | warning | error");
+  app.add_option("--log-level", o.log_level, "debug | info | warning | error")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error"}))
+      ->capture_default_str();
   app.add_option("--curve-secret-key-file", o.curve_secret_key_file,
                  "enable CURVE: this server's Z85 secret key (40 chars) in a file");
   app.add_option("--curve-authorized-keys", o.curve_authorized_keys,

@@ -274,6 +274,39 @@ BOOST_FIXTURE_TEST_CASE(a_long_call_does_not_block_the_socket, Fixture) {
   BOOST_TEST(generating.get()["token_ids"].size() == 3000u);
 }
 
+BOOST_AUTO_TEST_CASE(a_long_update_does_not_block_health) {
+  // Large enough that loading it takes far longer than a health round trip.
+  auto config = testing::tiny_config(model_loader::Architecture::kLlama);
+  config.hidden_size = 1024;
+  config.intermediate_size = 2816;
+  config.num_attention_heads = 16;
+  config.num_key_value_heads = 4;
+  config.head_dim = 64;
+  config.vocab_size = 32000;
+  config.num_hidden_layers = 4;
+  config = model_loader::ModelConfig::from_json(config.to_json());
+  CheckpointDir old_ckpt(config, 1), new_ckpt(config, 2);
+  WorkerProcess worker({"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+                        R"({"backend": "disk"})", "--log-level", "debug"});
+  auto updater = client_for(worker);
+  auto fast = client_for(worker);
+  updater.call("start_weight_update");
+  auto update = std::async(std::launch::async, [&] {
+    return updater.call("update_weights", {{"update_info", {{"path", new_ckpt.dir.path.string()}}}});
+  });
+  int answered_during = 0;
+  while (update.wait_for(0ms) != std::future_status::ready) {
+    BOOST_TEST(fast.call("health")["weight_update_active"] == true);
+    BOOST_TEST(fast.call("weight_info").contains("weight_version"));
+    ++answered_during;
+  }
+  BOOST_TEST(update.get() == json({{"message", "Weights updated"}}));
+  BOOST_TEST_MESSAGE("health answered " << answered_during << " times during the update");
+  BOOST_TEST(answered_during > 0);
+  updater.call("finish_weight_update");
+  BOOST_TEST(worker.output().find("hotswap-worker: update_weights") != std::string::npos);
+}
+
 BOOST_FIXTURE_TEST_CASE(staged_failure_keeps_serving_old_weights, Fixture) {
   auto worker = start({"--quantization", "int8"});
   auto client = client_for(*worker);
