@@ -4,6 +4,7 @@
 
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <memory>
 
 #include "model_loader/loadable_model.hpp"
@@ -33,6 +34,8 @@ struct EngineContext {
   ParallelConfig parallel;
   c10::Device device = c10::Device(c10::kCPU);
   std::shared_ptr<model_loader::LoadableModel> model;
+  // The bound of every blocking wait in the engine (the worker's --timeout).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
 }  // namespace hotswap::receiver

@@ -1,6 +1,7 @@
 #include "receiver/weight_transfer_engine_factory.hpp"
 
 #include "protocol/plugin_registry.hpp"
+#include "receiver/broadcast_engine.hpp"
 #include "receiver/disk_engine.hpp"
 
 namespace hotswap::receiver {
@@ -17,6 +18,7 @@ Registry& registry() {
       return std::unique_ptr<WeightTransferEngine>(
           std::make_unique<DiskWeightTransferEngine>(context));
     });
+    instance.register_engine("gloo", make_gloo_engine);
     return true;
   }();
   (void)builtins_registered;

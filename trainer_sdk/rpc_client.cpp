@@ -10,11 +10,11 @@ namespace hotswap::trainer_sdk {
 using Clock = std::chrono::steady_clock;
 
 RpcClient::RpcClient(std::string endpoint, std::chrono::milliseconds timeout,
-                     const std::optional<CurveKeys>& curve)
+                     const std::optional<CurveKeys>& curve, std::shared_ptr<zmq::context_t> context)
     : endpoint_(std::move(endpoint)),
       timeout_(timeout),
-      context_(1),
-      socket_(context_, zmq::socket_type::dealer) {
+      context_(context ? std::move(context) : std::make_shared<zmq::context_t>(1)),
+      socket_(*context_, zmq::socket_type::dealer) {
   socket_.set(zmq::sockopt::linger, 0);  // never block process exit on unsent requests
   if (curve) {
     socket_.set(zmq::sockopt::curve_serverkey, curve->server_public);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,8 +26,11 @@ struct CurveKeys {
 
 class RpcClient {
  public:
+  // `context` may be shared between clients (ZeroMQ contexts are thread-safe); a fresh one is
+  // made when it is null.
   RpcClient(std::string endpoint, std::chrono::milliseconds timeout,
-            const std::optional<CurveKeys>& curve = std::nullopt);
+            const std::optional<CurveKeys>& curve = std::nullopt,
+            std::shared_ptr<zmq::context_t> context = nullptr);
 
   nlohmann::json call(std::string_view method,
                       const nlohmann::json& params = nlohmann::json::object(),
@@ -43,7 +47,7 @@ class RpcClient {
 
   std::string endpoint_;
   std::chrono::milliseconds timeout_;
-  zmq::context_t context_;
+  std::shared_ptr<zmq::context_t> context_;
   zmq::socket_t socket_;
   std::uint64_t next_id_ = 1;
 };

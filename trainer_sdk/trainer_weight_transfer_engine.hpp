@@ -35,6 +35,8 @@ class TrainerWeightTransferEngine {
 
  protected:
   WeightSyncClient& client() const { return *client_; }
+  // For calls that run on a side thread and must keep the client alive on their own.
+  std::shared_ptr<WeightSyncClient> client_shared() const { return client_; }
   // The source, or nullptr for delta backends.
   WeightSource* source() const { return source_.get(); }
 

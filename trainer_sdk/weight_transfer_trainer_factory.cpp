@@ -1,14 +1,22 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 
 #include "protocol/plugin_registry.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
 namespace {
 
 using Registry = protocol::PluginRegistry<WeightTransferTrainerFactory::CreatorSignature>;
 
+// The built-in trainer engines are registered when the registry is first used.
 Registry& registry() {
   static Registry instance("trainer engines");
+  static const bool builtins_registered = [] {
+    instance.register_engine(std::string(GlooTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<BroadcastTrainerEngine>());
+    return true;
+  }();
+  (void)builtins_registered;
   return instance;
 }
 

@@ -38,8 +38,14 @@ class WeightTransferTrainerFactory {
     using Info = typename Engine::InitInfo;
     static_assert(DeclaresBackend<Info>,
                   "the engine's InitInfo must set a class-level `backend` string");
-    register_engine(
-        std::string(Info::backend),
+    register_engine(std::string(Info::backend), creator_for<Engine>());
+  }
+
+  // The creator of Engine: checks that the init info is Engine's, then calls its trainer_init.
+  template <class Engine>
+  static Creator creator_for() {
+    using Info = typename Engine::InitInfo;
+    return
         [](const TrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
            std::shared_ptr<WeightSource> source) -> std::unique_ptr<TrainerWeightTransferEngine> {
           const auto* typed = dynamic_cast<const Info*>(&info);
@@ -48,7 +54,7 @@ class WeightTransferTrainerFactory {
                                        "' was given a " + init_info_type_name(info));
           }
           return Engine::trainer_init(*typed, std::move(client), std::move(source));
-        });
+        };
   }
 
   // Rendezvous with the inference side through the engine registered for

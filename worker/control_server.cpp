@@ -132,8 +132,9 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
       outcome = std::string("error: ") + e.what();
     }
     if (debug_ || (warn_ && outcome != "ok")) {
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                      .count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       std::cerr << "hotswap-worker: " << request.method << " " << ms << " ms " << outcome << "\n";
     }
     return out;

@@ -65,7 +65,7 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
     auto config = protocol::WeightTransferConfig::from_json(*options.weight_transfer_config);
     backend_ = config.backend;
     engine = receiver::WeightTransferEngineFactory::create_engine(
-        receiver::EngineContext{config, parallel_, model_->device(), model_});
+        receiver::EngineContext{config, parallel_, model_->device(), model_, options.timeout()});
   }
   controller_ = std::make_unique<WeightUpdateController>(std::move(engine), parallel_);
   scheduler_ = std::make_unique<GenerationScheduler>(

@@ -13,7 +13,8 @@ class RecordingModel : public model_loader::LoadableModel {
  public:
   void load_weights(const std::vector<model_loader::NamedTensor>& weights) override {
     for (const auto& w : weights) {
-      loaded.push_back(w);
+      // Copied, as the real model copies: engines may reuse their receive buffers.
+      loaded.emplace_back(w.first, w.second.clone());
       events.push_back("load " + w.first);
     }
   }

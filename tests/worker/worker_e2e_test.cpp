@@ -292,7 +292,8 @@ BOOST_AUTO_TEST_CASE(a_long_update_does_not_block_health) {
   auto fast = client_for(worker);
   updater.call("start_weight_update");
   auto update = std::async(std::launch::async, [&] {
-    return updater.call("update_weights", {{"update_info", {{"path", new_ckpt.dir.path.string()}}}});
+    return updater.call("update_weights",
+                        {{"update_info", {{"path", new_ckpt.dir.path.string()}}}});
   });
   int answered_during = 0;
   while (update.wait_for(0ms) != std::future_status::ready) {

@@ -1,0 +1,138 @@
+#include "receiver/broadcast_engine.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include "protocol/chunk_plan.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "transport/torch_dtype.hpp"
+
+namespace hotswap::receiver {
+
+BroadcastWeightTransferEngine::BroadcastWeightTransferEngine(EngineContext context,
+                                                             std::string name,
+                                                             CommunicatorFactory factory)
+    : TypedWeightTransferEngine(std::move(context)),
+      name_(std::move(name)),
+      factory_(std::move(factory)) {}
+
+void BroadcastWeightTransferEngine::init_transfer_channel(const protocol::NcclInitInfo& info) {
+  const int rank = static_cast<int>(info.rank_offset) + context().parallel.global_rank();
+  if (rank >= info.world_size) {
+    throw protocol::ValueError("this worker's rank " + std::to_string(rank) + " (rank_offset " +
+                               std::to_string(info.rank_offset) + " + inference rank " +
+                               std::to_string(context().parallel.global_rank()) +
+                               ") is outside world_size " + std::to_string(info.world_size));
+  }
+  if (communicator_) communicator_->abort();  // a re-init replaces the old group
+  communicator_.reset();
+  buffers_.clear();
+  communicator_ = factory_(info, rank, context().timeout);
+  packing_ = info.packing;
+}
+
+void BroadcastWeightTransferEngine::start_weight_update() {
+  model().start_reload();
+}
+
+void BroadcastWeightTransferEngine::finish_weight_update() {
+  model().finish_reload();
+}
+
+void BroadcastWeightTransferEngine::shutdown() {
+  if (communicator_) communicator_->abort();
+  communicator_.reset();
+  buffers_.clear();
+}
+
+void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateInfo& update_info) {
+  if (!communicator_) {
+    throw protocol::RuntimeError(std::string(name_.substr(0, name_.find("Weight"))) +
+                                 " weight transfer not initialized. Call init_transfer_engine() "
+                                 "first.");
+  }
+  auto packing = update_info.packing(packing_);
+  try {
+    if (packing.packed) {
+      receive_packed(update_info.params, packing);
+    } else {
+      receive_unpacked(update_info.params);
+    }
+  } catch (const protocol::Error& e) {
+    // A collective that failed part-way leaves the group out of step: tear it down so the next
+    // init_weight_transfer_engine starts clean.
+    if (e.kind() == protocol::ErrorKind::kTransferError ||
+        e.kind() == protocol::ErrorKind::kTimeoutError) {
+      shutdown();
+    }
+    throw;
+  }
+}
+
+void BroadcastWeightTransferEngine::receive_unpacked(
+    const std::vector<protocol::ParamMeta>& params) {
+  for (const auto& p : params) {
+    at::Tensor tensor = at::empty(
+        p.shape, at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)).device(device()));
+    communicator_->broadcast(tensor, 0, context().timeout);
+    model().load_weights({{p.name, tensor}});
+    add_bytes_received(p.nbytes());
+  }
+}
+
+void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::ParamMeta>& params,
+                                                   const protocol::PackingParams& packing) {
+  auto plan = protocol::plan_nccl_chunks(
+      params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes));
+  const auto ring = static_cast<std::size_t>(packing.packed_num_buffers);
+  if (buffers_.size() != ring) buffers_.assign(ring, at::Tensor());
+  for (std::size_t c = 0; c < plan.size(); ++c) {
+    const auto& chunk = plan[c];
+    at::Tensor& buffer = buffers_[c % ring];
+    const auto bytes = static_cast<std::int64_t>(chunk.size_bytes);
+    // A chunk may exceed the buffer size by its last tensor; grow the slot once, keep it.
+    if (!buffer.defined() || buffer.numel() < bytes) {
+      buffer = at::empty({std::max<std::int64_t>(bytes, packing.packed_buffer_size_bytes)},
+                         at::TensorOptions().dtype(at::kByte).device(device()));
+    }
+    at::Tensor received = buffer.narrow(0, 0, bytes);
+    communicator_->broadcast(received, 0, context().timeout);
+
+    std::vector<model_loader::NamedTensor> weights;
+    weights.reserve(chunk.slices.size());
+    for (const auto& slice : chunk.slices) {
+      const auto& p = params[slice.param_index];
+      const auto type = transport::to_scalar_type(p.dtype);
+      at::Tensor raw = received.narrow(0, static_cast<std::int64_t>(slice.offset),
+                                       static_cast<std::int64_t>(slice.size));
+      at::Tensor tensor;
+      if (slice.offset % protocol::item_size(p.dtype) == 0) {
+        tensor = raw.view(type).view(p.shape);
+      } else {
+        // No padding on the wire: this slice starts misaligned for its dtype. Copy it out.
+        tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
+        tensor.view({-1}).view(at::kByte).copy_(raw);
+      }
+      weights.emplace_back(p.name, tensor);
+    }
+    model().load_weights(weights);  // the model copies: the buffer is free for the next chunk
+    add_bytes_received(chunk.size_bytes);
+  }
+}
+
+std::unique_ptr<WeightTransferEngine> make_gloo_engine(const EngineContext& context) {
+  return std::make_unique<BroadcastWeightTransferEngine>(
+      context, "GlooWeightTransferEngine",
+      [](const protocol::NcclInitInfo& info, int rank,
+         std::chrono::milliseconds timeout) -> std::unique_ptr<transport::Communicator> {
+        if (info.uses_unique_id()) {
+          throw protocol::ValueError(
+              "the gloo backend rendezvouses through a TCPStore (master_address, "
+              "master_port); nccl_unique_id_b64 is for NCCL");
+        }
+        return std::make_unique<transport::GlooCommunicator>(
+            transport::GlooRendezvous{*info.master_address, static_cast<int>(*info.master_port),
+                                      rank, static_cast<int>(info.world_size), timeout});
+      });
+}
+
+}  // namespace hotswap::receiver

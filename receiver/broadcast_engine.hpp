@@ -1,0 +1,57 @@
+// BroadcastWeightTransferEngine: the receive side of vLLM's nccl protocol over any
+// transport::Communicator: the `gloo` backend uses it with a gloo communicator, the `nccl`
+// backend with an NCCL one, so the sequencing exists once.
+//
+// Unpacked: one broadcast per parameter, in update_info order, each loaded as it lands.
+// Packed: uint8 chunks cut by vLLM's chunk rule from the round's metadata alone, received into
+// `packed_num_buffers` reusable buffers; slices whose offset is misaligned for their dtype are
+// copied out, the rest are views. A failure mid-transfer leaves the group unusable: it is torn
+// down, and a new init_weight_transfer_engine opens a fresh one.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/nccl_info.hpp"
+#include "receiver/weight_transfer_engine.hpp"
+#include "transport/communicator.hpp"
+
+namespace hotswap::receiver {
+
+class BroadcastWeightTransferEngine
+    : public TypedWeightTransferEngine<protocol::NcclInitInfo, protocol::NcclUpdateInfo> {
+ public:
+  // Opens the group for this worker's `rank` (rank_offset + its global inference rank).
+  using CommunicatorFactory = std::function<std::unique_ptr<transport::Communicator>(
+      const protocol::NcclInitInfo& init_info, int rank, std::chrono::milliseconds timeout)>;
+
+  BroadcastWeightTransferEngine(EngineContext context, std::string name,
+                                CommunicatorFactory factory);
+
+  std::string_view name() const override { return name_; }
+  void start_weight_update() override;
+  void finish_weight_update() override;
+  void shutdown() override;
+
+ protected:
+  void init_transfer_channel(const protocol::NcclInitInfo& init_info) override;
+  void receive_weights(const protocol::NcclUpdateInfo& update_info) override;
+
+ private:
+  void receive_unpacked(const std::vector<protocol::ParamMeta>& params);
+  void receive_packed(const std::vector<protocol::ParamMeta>& params,
+                      const protocol::PackingParams& packing);
+
+  std::string name_;
+  CommunicatorFactory factory_;
+  std::unique_ptr<transport::Communicator> communicator_;
+  protocol::PackingParams packing_;  // from the handshake
+  std::vector<at::Tensor> buffers_;  // packed receive buffers, reused across rounds
+};
+
+// The `gloo` backend: BroadcastWeightTransferEngine over GlooCommunicator.
+std::unique_ptr<WeightTransferEngine> make_gloo_engine(const EngineContext& context);
+
+}  // namespace hotswap::receiver

@@ -1,0 +1,155 @@
+// The nccl protocol's sequencing over a real gloo group on loopback: a trainer engine and a
+// worker engine in two threads of this process, every dtype, packed at chunk boundaries with
+// slices misaligned for their dtype, and unpacked.
+#include "receiver/broadcast_engine.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <future>
+
+#include "receiver/recording_model.hpp"
+#include "receiver/weight_transfer_engine_factory.hpp"
+#include "test_support.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// A client that drives an in-process engine the way a worker would.
+class InProcessClient final : public trainer_sdk::WeightSyncClient {
+ public:
+  explicit InProcessClient(receiver::WeightTransferEngine& engine) : engine_(engine) {}
+  void init_weight_transfer_engine(const json& init_info) override {
+    engine_.init_transfer_engine(init_info);
+  }
+  void start_weight_update() override { engine_.start_weight_update(); }
+  void update_weights(const json& update_info) override { engine_.update_weights(update_info); }
+  void finish_weight_update(const std::optional<std::string>&) override {
+    engine_.finish_weight_update();
+  }
+
+ private:
+  receiver::WeightTransferEngine& engine_;
+};
+
+// Tensors of every wire dtype libtorch 1.13 has, with odd sizes so packed slices land
+// misaligned (a 3-element bfloat16 followed by a float32, a 1-byte bool before an int64, ...).
+std::vector<std::pair<std::string, at::Tensor>> mixed_tensors() {
+  auto make = [](std::int64_t n, at::ScalarType t) {
+    return (at::arange(n, at::TensorOptions().dtype(at::kFloat)) * 0.37 - 1).to(t);
+  };
+  return {
+      {"a.bf16", make(3, at::kBFloat16)}, {"b.f32", make(5, at::kFloat)},
+      {"c.bool", make(1, at::kBool)},     {"d.i64", make(7, at::kLong)},
+      {"e.f16", make(9, at::kHalf)},      {"f.u8", make(3, at::kByte)},
+      {"g.f64", make(2, at::kDouble)},    {"h.i8", make(5, at::kChar)},
+      {"i.i16", make(3, at::kShort)},     {"j.i32", make(4, at::kInt)},
+      {"k.empty", make(0, at::kFloat)},   {"l.big", make(600, at::kBFloat16).reshape({20, 30})}};
+}
+
+void round_trip(bool packed, std::int64_t buffer_size) {
+  auto model = std::make_shared<testing::RecordingModel>();
+  auto engine = receiver::WeightTransferEngineFactory::create_engine(
+      receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 20s});
+  auto client = std::make_shared<InProcessClient>(*engine);
+  auto tensors = mixed_tensors();
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  info.packed = packed;
+  info.packed_buffer_size_bytes = buffer_size;
+  info.timeout = 20s;
+  auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+  for (int round = 0; round < 2; ++round) {  // buffers are reused across rounds
+    model->loaded.clear();
+    trainer->send_weights();
+    BOOST_REQUIRE_EQUAL(model->loaded.size(), tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      BOOST_TEST(model->loaded[i].first == tensors[i].first);
+      BOOST_TEST(at::equal(model->loaded[i].second, tensors[i].second), tensors[i].first);
+    }
+  }
+  trainer->shutdown();
+  engine->shutdown();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gloo_broadcast)
+
+BOOST_AUTO_TEST_CASE(unpacked_one_broadcast_per_tensor) {
+  round_trip(false, 1 << 30);
+}
+
+BOOST_AUTO_TEST_CASE(packed_across_many_chunk_boundaries_with_misaligned_slices) {
+  for (std::int64_t buffer : {1, 7, 16, 64, 1000, 1 << 20})
+    round_trip(true, buffer);
+}
+
+BOOST_AUTO_TEST_CASE(iteration_that_disagrees_with_metadata_is_refused_by_name) {
+  auto model = std::make_shared<testing::RecordingModel>();
+  auto engine = receiver::WeightTransferEngineFactory::create_engine(
+      receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 3s});
+  auto client = std::make_shared<InProcessClient>(*engine);
+
+  class Liar final : public trainer_sdk::WeightSource {
+   public:
+    std::vector<protocol::ParamMeta> metadata() override {
+      return {{"w", protocol::DType::kFloat32, {4}}, {"v", protocol::DType::kFloat32, {2}}};
+    }
+    std::unique_ptr<trainer_sdk::WeightStream> iter() override {
+      return trainer_sdk::TensorListSource(
+                 {{"w", at::arange(4).to(at::kFloat)}, {"v", at::arange(3).to(at::kFloat)}})
+          .iter();
+    }
+  };
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  info.packed = false;
+  info.timeout = 3s;
+  auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client,
+                                                                         std::make_shared<Liar>());
+  HOTSWAP_CHECK_THROW_MSG(trainer->send_weights(), protocol::ValueError,
+                          "WeightSource metadata disagrees with iteration at index 1: declared "
+                          "'v' float32 [2], got 'v' Float [3]");
+  // The worker's receive gives up within its own timeout; the engine is torn down cleanly.
+  engine->shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(receive_before_init_is_vllms_runtime_error) {
+  auto engine = receiver::WeightTransferEngineFactory::create_engine(receiver::EngineContext{
+      {"gloo"}, {}, c10::Device(c10::kCPU), std::make_shared<testing::RecordingModel>(), 3s});
+  HOTSWAP_CHECK_THROW_MSG(
+      engine->update_weights({{"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{1}}}}),
+      protocol::RuntimeError,
+      "Gloo weight transfer not initialized. Call init_transfer_engine() first.");
+  HOTSWAP_CHECK_THROW_MSG(
+      engine->init_transfer_engine({{"nccl_unique_id_b64", std::string(171, 'A') + "="},
+                                    {"rank_offset", 1},
+                                    {"world_size", 2}}),
+      protocol::ValueError, "nccl_unique_id_b64 is for NCCL");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,36 @@
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+
+namespace hotswap::trainer_sdk {
+
+ZmqWeightSyncClient::ZmqWeightSyncClient(std::string endpoint, std::chrono::milliseconds timeout,
+                                         std::optional<CurveKeys> curve)
+    : endpoint_(std::move(endpoint)),
+      timeout_(timeout),
+      curve_(std::move(curve)),
+      context_(std::make_shared<zmq::context_t>(1)) {}
+
+nlohmann::json ZmqWeightSyncClient::call(const std::string& method,
+                                         const nlohmann::json& params) const {
+  RpcClient client(endpoint_, timeout_, curve_, context_);
+  return client.call(method, params);
+}
+
+void ZmqWeightSyncClient::init_weight_transfer_engine(const nlohmann::json& init_info) {
+  call("init_weight_transfer_engine", {{"init_info", init_info}});
+}
+
+void ZmqWeightSyncClient::start_weight_update() {
+  call("start_weight_update");
+}
+
+void ZmqWeightSyncClient::update_weights(const nlohmann::json& update_info) {
+  call("update_weights", {{"update_info", update_info}});
+}
+
+void ZmqWeightSyncClient::finish_weight_update(const std::optional<std::string>& weight_version) {
+  nlohmann::json params = nlohmann::json::object();
+  if (weight_version) params["weight_version"] = *weight_version;
+  call("finish_weight_update", params);
+}
+
+}  // namespace hotswap::trainer_sdk

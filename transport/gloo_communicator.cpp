@@ -1,0 +1,136 @@
+#include "transport/gloo_communicator.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <mutex>
+
+#include "protocol/errors.hpp"
+
+namespace hotswap::transport {
+
+Communicator::~Communicator() = default;
+
+struct GlooCommunicator::State {
+  std::mutex mutex;  // guards the pointers below against abort() from another thread
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> current() {
+    std::lock_guard lock(mutex);
+    if (!group) throw protocol::TransferError("the gloo communicator was aborted");
+    return group;
+  }
+};
+
+std::string local_address_towards(const std::string& remote) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(remote.c_str(), "9", &hints, &found) != 0 || found == nullptr) {
+    throw protocol::ValueError("cannot resolve master_address '" + remote + "'");
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
+  int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  std::string local = "127.0.0.1";
+  // A UDP "connect" sends nothing; it only asks the kernel which interface routes there.
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      char text[INET_ADDRSTRLEN];
+      local = ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  return local;
+}
+
+GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)
+    : state_(std::make_unique<State>()), rank_(r.rank), world_size_(r.world_size) {
+  if (r.rank < 0 || r.rank >= r.world_size) {
+    throw protocol::ValueError("gloo rank " + std::to_string(r.rank) + " is outside world_size " +
+                               std::to_string(r.world_size));
+  }
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(r.master_port);
+  options.isServer = r.rank == 0;
+  options.numWorkers = static_cast<std::size_t>(r.world_size);
+  options.waitWorkers = true;
+  options.timeout = r.timeout;
+  try {
+    state_->store = c10::make_intrusive<c10d::TCPStore>(r.master_address, options);
+    auto group_options = c10d::ProcessGroupGloo::Options::create(r.timeout);
+    group_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(r.master_address)));
+    group_options->threads = 1;
+    state_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(state_->store, r.rank, r.world_size,
+                                                                group_options);
+  } catch (const protocol::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw protocol::TransferError("gloo rendezvous at " + r.master_address + ":" +
+                                  std::to_string(r.master_port) + " as rank " +
+                                  std::to_string(r.rank) + " of " + std::to_string(r.world_size) +
+                                  " failed: " + e.what());
+  }
+  // The warm-up all-reduce vLLM's communicators issue before any broadcast.
+  at::Tensor warm = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));
+  all_reduce_sum(warm, r.timeout);
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+namespace {
+void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout,
+          const char* what) {
+  try {
+    work->wait(timeout);
+  } catch (const std::exception& e) {
+    std::string text = e.what();
+    if (text.find("imed out") != std::string::npos || text.find("imeout") != std::string::npos) {
+      throw protocol::TimeoutError(std::string("gloo ") + what + " did not complete within " +
+                                   std::to_string(timeout.count()) + " ms: " + text);
+    }
+    throw protocol::TransferError(std::string("gloo ") + what + " failed: " + text);
+  }
+}
+}  // namespace
+
+void GlooCommunicator::broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) {
+  auto group = state_->current();
+  if (tensor.numel() == 0) return;  // every rank skips it alike: sizes come from metadata
+  // A broadcast moves bytes: sending them as uint8 works for every dtype, including those gloo
+  // has no arithmetic for (bfloat16, bool).
+  std::vector<at::Tensor> tensors{tensor.view({-1}).view(at::kByte)};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout;
+  wait(group->broadcast(tensors, options), timeout, "broadcast");
+}
+
+void GlooCommunicator::all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {
+  auto group = state_->current();
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.timeout = timeout;
+  wait(group->allreduce(tensors, options), timeout, "all-reduce");
+}
+
+void GlooCommunicator::abort() {
+  // Gloo has no abort: dropping the group closes its pairs, so peers blocked on this rank see
+  // their connections fail instead of waiting out their timeouts.
+  std::lock_guard lock(state_->mutex);
+  state_->group.reset();
+  state_->store.reset();
+}
+
+}  // namespace hotswap::transport

@@ -1,0 +1,45 @@
+// GlooCommunicator: a Communicator over libtorch's c10d ProcessGroupGloo, with the rendezvous
+// vLLM's StatelessProcessGroup uses: rank 0 (the trainer) hosts a c10d TCPStore at
+// master_address:master_port and waits for `world_size` registrations; every other rank joins
+// it as a client. Then the warm-up all-reduce of one float32, as vLLM's communicators do.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "transport/communicator.hpp"
+
+namespace hotswap::transport {
+
+struct GlooRendezvous {
+  std::string master_address;
+  int master_port = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Blocks until every rank has joined (or the timeout passes: TimeoutError).
+  explicit GlooCommunicator(const GlooRendezvous& rendezvous);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
+  void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
+  void abort() override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  int rank_;
+  int world_size_;
+};
+
+// The local address this host uses to reach `remote` (loopback for a loopback master).
+std::string local_address_towards(const std::string& remote);
+
+}  // namespace hotswap::transport
