@@ -1,0 +1,197 @@
+// A trainer built on trainer_sdk pushes weights into real hotswap-worker processes over the
+// gloo data plane, and every round is verified bit for bit.
+#include <boost/test/unit_test.hpp>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <future>
+
+#include "model_loader/model_test_support.hpp"
+#include "protocol/errors.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/tensor_digest.hpp"
+#include "worker/worker_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::CheckpointDir;
+using testing::WorkerProcess;
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Sends to every worker: the simplest fan-out, enough for these tests.
+class Both final : public trainer_sdk::WeightSyncClient {
+ public:
+  explicit Both(std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients)
+      : clients_(std::move(clients)) {}
+  template <class F>
+  void each(F f) {
+    std::vector<std::future<void>> calls;
+    for (auto& c : clients_)
+      calls.push_back(std::async(std::launch::async, [&, c] { f(*c); }));
+    for (auto& call : calls)
+      call.get();
+  }
+  void init_weight_transfer_engine(const json& i) override {
+    each([&](auto& c) { c.init_weight_transfer_engine(i); });
+  }
+  void start_weight_update() override {
+    each([](auto& c) { c.start_weight_update(); });
+  }
+  void update_weights(const json& u) override {
+    each([&](auto& c) { c.update_weights(u); });
+  }
+  void finish_weight_update(const std::optional<std::string>& v) override {
+    each([&](auto& c) { c.finish_weight_update(v); });
+  }
+
+ private:
+  std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients_;
+};
+
+struct Fixture {
+  model_loader::ModelConfig config =
+      testing::tiny_config(model_loader::Architecture::kQwen3, protocol::DType::kBFloat16);
+  CheckpointDir old_ckpt{config, 3100};
+  CheckpointDir new_ckpt{config, 3200};
+
+  std::unique_ptr<WorkerProcess> worker(int dp_rank, int dp_size,
+                                        const std::string& timeout = "20") {
+    return std::make_unique<WorkerProcess>(std::vector<std::string>{
+        "--model", old_ckpt.dir.path.string(), "--weight-transfer-config", R"({"backend": "gloo"})",
+        "--data-parallel-rank", std::to_string(dp_rank), "--data-parallel-size",
+        std::to_string(dp_size), "--timeout", timeout});
+  }
+  std::shared_ptr<trainer_sdk::TensorListSource> source() const {
+    std::vector<std::pair<std::string, at::Tensor>> t;
+    for (auto& [name, tensor] : new_ckpt.tensors())
+      t.emplace_back(name, tensor);
+    return std::make_shared<trainer_sdk::TensorListSource>(t);
+  }
+  // The worker's checkpoint-format digests against the source's own.
+  void verify(trainer_sdk::ZmqWeightSyncClient& client) const {
+    auto served = client.call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
+    auto file = new_ckpt.open();
+    for (const auto& name : file.names()) {
+      BOOST_TEST(served["checksums"][name] == transport::sha256_hex(file.tensor(name)), name);
+    }
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gloo_end_to_end)
+
+BOOST_FIXTURE_TEST_CASE(one_worker_packed_and_unpacked_rounds_verify, Fixture) {
+  auto w = worker(0, 1);
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  for (bool packed : {true, false}) {
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+    info.packed = packed;
+    info.packed_buffer_size_bytes = 3000;  // many chunks
+    info.timeout = 30s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+    auto* broadcast = dynamic_cast<trainer_sdk::BroadcastTrainerEngine*>(engine.get());
+    BOOST_REQUIRE(broadcast != nullptr);
+    broadcast->send_weights(packed ? "packed-1" : "unpacked-1");
+    verify(*client);
+    BOOST_TEST(client->call("weight_info")["weight_version"] ==
+               (packed ? "packed-1" : "unpacked-1"));
+    engine->shutdown();
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(two_workers_receive_the_same_broadcast, Fixture) {
+  auto w0 = worker(0, 2);
+  auto w1 = worker(1, 2);
+  auto c0 = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w0->endpoint(), 30s);
+  auto c1 = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w1->endpoint(), 30s);
+  auto both = std::make_shared<Both>(std::vector{c0, c1});
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 3, 0);
+  info.packed_buffer_size_bytes = 4096;
+  info.timeout = 30s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, both, source());
+  engine->send_weights();
+  verify(*c0);
+  verify(*c1);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_dead_worker_makes_the_trainer_raise_within_its_timeout, Fixture) {
+  auto w = worker(0, 1);
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 5s);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  info.packed = false;
+  info.timeout = 5s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+  ::kill(w->pid(), SIGKILL);
+  auto start = std::chrono::steady_clock::now();
+  BOOST_CHECK_THROW(engine->send_weights(), protocol::Error);
+  BOOST_TEST((std::chrono::steady_clock::now() - start < 15s));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_failed_transfer_keeps_old_weights_and_a_new_init_works, Fixture) {
+  auto w = worker(0, 1, "3");
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 10s);
+  auto before = client->call("weight_checker", {{"action", "checksum"}});
+  {
+    // The trainer dies mid-transfer: its half of the group goes away after one broadcast.
+    class Truncated final : public trainer_sdk::WeightSource {
+     public:
+      explicit Truncated(std::shared_ptr<trainer_sdk::TensorListSource> full)
+          : full_(std::move(full)) {}
+      std::vector<protocol::ParamMeta> metadata() override { return full_->metadata(); }
+      std::unique_ptr<trainer_sdk::WeightStream> iter() override {
+        auto items = full_->metadata();
+        std::vector<std::pair<std::string, at::Tensor>> first;
+        auto stream = full_->iter();
+        first.emplace_back(items[0].name, stream->next()->tensor);
+        return trainer_sdk::TensorListSource(first).iter();
+      }
+      std::shared_ptr<trainer_sdk::TensorListSource> full_;
+    };
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+    info.packed = false;
+    info.timeout = 10s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+        info, client, std::make_shared<Truncated>(source()));
+    BOOST_CHECK_THROW(engine->send_weights(), protocol::ValueError);  // "yielded 1 parameters"
+  }
+  // The worker's update fails within its --timeout (3 s); the session ends; old weights serve.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (client->call("health")["weight_update_active"] == true &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+  BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
+  BOOST_TEST(
+      client->call("generate", {{"prompt_token_ids", {1, 2}}, {"max_tokens", 2}})["token_ids"]
+          .size() == 2u);
+  // A new handshake and round work.
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  info.timeout = 20s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+  engine->send_weights();
+  verify(*client);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
