@@ -108,10 +108,6 @@ std::unique_ptr<BroadcastTrainerEngine> BroadcastTrainerEngine::trainer_init(
 }
 
 void BroadcastTrainerEngine::send_weights() {
-  send_weights(std::nullopt);
-}
-
-void BroadcastTrainerEngine::send_weights(const std::optional<std::string>& weight_version) {
   WeightSource& src = *source();
   auto meta = src.metadata();  // every rank: it may be a collective
   if (!is_sender()) {
@@ -139,7 +135,7 @@ void BroadcastTrainerEngine::send_weights(const std::optional<std::string>& weig
     throw;
   }
   update.wait(info_.timeout, "update_weights");
-  client().finish_weight_update(weight_version);
+  client().finish_weight_update(round_version());
 }
 
 void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& meta) {

@@ -28,8 +28,6 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
       std::shared_ptr<WeightSource> source);
 
   void send_weights() override;
-  // Like send_weights, naming the version the worker commits.
-  void send_weights(const std::optional<std::string>& weight_version);
   void shutdown() override;
 
   BroadcastTrainerEngine(std::shared_ptr<WeightSyncClient> client,

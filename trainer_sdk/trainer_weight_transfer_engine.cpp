@@ -1,6 +1,7 @@
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 #include "protocol/errors.hpp"
+#include "transport/tensor_digest.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -14,5 +15,46 @@ TrainerWeightTransferEngine::TrainerWeightTransferEngine(std::shared_ptr<WeightS
 }
 
 TrainerWeightTransferEngine::~TrainerWeightTransferEngine() = default;
+
+WeightSyncClient::WorkerDigests WeightSyncClient::checkpoint_checksums() {
+  throw protocol::RuntimeError("this WeightSyncClient cannot fetch the workers' checksums");
+}
+
+void TrainerWeightTransferEngine::push(const SendOptions& options) {
+  round_version_ = options.weight_version;
+  try {
+    send_weights();
+  } catch (...) {
+    round_version_.reset();
+    throw;
+  }
+  round_version_.reset();
+  if (options.verify && is_sender() && source() != nullptr) {
+    verify_against_source(client(), *source());
+  }
+}
+
+void verify_against_source(WeightSyncClient& client, WeightSource& source) {
+  std::map<std::string, std::string> expected;
+  auto stream = source.iter();
+  while (auto item = stream->next()) {
+    if (item->held()) expected[item->name] = transport::sha256_hex(item->tensor);
+  }
+  for (const auto& [worker, served] : client.checkpoint_checksums()) {
+    std::vector<std::string> wrong;
+    for (const auto& [name, digest] : expected) {
+      auto it = served.find(name);
+      if (it == served.end() || it->second != digest) wrong.push_back(name);
+    }
+    if (wrong.empty()) continue;
+    std::string list;
+    for (std::size_t i = 0; i < wrong.size() && i < 8; ++i)
+      list += (i ? ", " : "") + wrong[i];
+    if (wrong.size() > 8) list += ", and " + std::to_string(wrong.size() - 8) + " more";
+    throw protocol::TransferError("weight verification failed on " + worker + ": " +
+                                  std::to_string(wrong.size()) +
+                                  " tensors differ from the trainer's: " + list);
+  }
+}
 
 }  // namespace hotswap::trainer_sdk

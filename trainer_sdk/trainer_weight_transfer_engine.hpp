@@ -12,11 +12,20 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "trainer_sdk/weight_source.hpp"
 #include "trainer_sdk/weight_sync_client.hpp"
 
 namespace hotswap::trainer_sdk {
+
+// What a round may add to send_weights: the version the workers commit, and a bit-for-bit check
+// of what they serve against the source after finish.
+struct SendOptions {
+  std::optional<std::string> weight_version;
+  bool verify = false;
+};
 
 class TrainerWeightTransferEngine {
  public:
@@ -28,6 +37,10 @@ class TrainerWeightTransferEngine {
 
   // Pushes the source's weights and drives start → update(s) → finish. Called on every rank.
   virtual void send_weights() = 0;
+  // send_weights with options. With `verify`, the sender then fetches every worker's
+  // checkpoint-format checksums and compares them with SHA-256 digests of the source's
+  // tensors; a mismatch is a TransferError naming the worker and the tensors.
+  void push(const SendOptions& options);
   // Tears down communicators and buffers. Default: nothing to tear down.
   virtual void shutdown() {}
 
@@ -39,11 +52,18 @@ class TrainerWeightTransferEngine {
   std::shared_ptr<WeightSyncClient> client_shared() const { return client_; }
   // The source, or nullptr for delta backends.
   WeightSource* source() const { return source_.get(); }
+  // The version this round commits (set by push()).
+  const std::optional<std::string>& round_version() const { return round_version_; }
 
  private:
   std::shared_ptr<WeightSyncClient> client_;
   std::shared_ptr<WeightSource> source_;
   bool is_sender_;
+  std::optional<std::string> round_version_;
 };
+
+// Compares each worker's checkpoint-format digests with the source's tensors (TransferError
+// naming the worker and up to eight tensors on a mismatch).
+void verify_against_source(WeightSyncClient& client, WeightSource& source);
 
 }  // namespace hotswap::trainer_sdk

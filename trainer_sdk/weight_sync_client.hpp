@@ -4,8 +4,11 @@
 // error turns a failed sync into silently stale weights, or into a hang).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +23,11 @@ class WeightSyncClient {
   // `update_info` is one object, or a list with one object per inference rank.
   virtual void update_weights(const nlohmann::json& update_info) = 0;
   virtual void finish_weight_update(const std::optional<std::string>& weight_version) = 0;
+
+  // Checkpoint-format SHA-256 digests (Hugging Face name → hex) of every worker this client
+  // reaches, each with a name for messages. Clients that cannot fetch them raise.
+  using WorkerDigests = std::vector<std::pair<std::string, std::map<std::string, std::string>>>;
+  virtual WorkerDigests checkpoint_checksums();
 };
 
 }  // namespace hotswap::trainer_sdk

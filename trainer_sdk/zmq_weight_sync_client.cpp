@@ -34,3 +34,12 @@ void ZmqWeightSyncClient::finish_weight_update(const std::optional<std::string>&
 }
 
 }  // namespace hotswap::trainer_sdk
+
+namespace hotswap::trainer_sdk {
+
+WeightSyncClient::WorkerDigests ZmqWeightSyncClient::checkpoint_checksums() {
+  auto reply = call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
+  return {{endpoint_, reply.at("checksums").get<std::map<std::string, std::string>>()}};
+}
+
+}  // namespace hotswap::trainer_sdk

@@ -26,6 +26,7 @@ class ZmqWeightSyncClient : public WeightSyncClient {
   void start_weight_update() override;
   void update_weights(const nlohmann::json& update_info) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
+  WorkerDigests checkpoint_checksums() override;
 
   // Any other method of the worker (weight_checker, generate, health, ...).
   nlohmann::json call(const std::string& method,

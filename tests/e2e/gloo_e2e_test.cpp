@@ -11,6 +11,7 @@
 #include "model_loader/model_test_support.hpp"
 #include "protocol/errors.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/fan_out_client.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
@@ -37,36 +38,6 @@ int free_port() {
   ::close(fd);
   return port;
 }
-
-// Sends to every worker: the simplest fan-out, enough for these tests.
-class Both final : public trainer_sdk::WeightSyncClient {
- public:
-  explicit Both(std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients)
-      : clients_(std::move(clients)) {}
-  template <class F>
-  void each(F f) {
-    std::vector<std::future<void>> calls;
-    for (auto& c : clients_)
-      calls.push_back(std::async(std::launch::async, [&, c] { f(*c); }));
-    for (auto& call : calls)
-      call.get();
-  }
-  void init_weight_transfer_engine(const json& i) override {
-    each([&](auto& c) { c.init_weight_transfer_engine(i); });
-  }
-  void start_weight_update() override {
-    each([](auto& c) { c.start_weight_update(); });
-  }
-  void update_weights(const json& u) override {
-    each([&](auto& c) { c.update_weights(u); });
-  }
-  void finish_weight_update(const std::optional<std::string>& v) override {
-    each([&](auto& c) { c.finish_weight_update(v); });
-  }
-
- private:
-  std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients_;
-};
 
 struct Fixture {
   model_loader::ModelConfig config =
@@ -109,10 +80,10 @@ BOOST_FIXTURE_TEST_CASE(one_worker_packed_and_unpacked_rounds_verify, Fixture) {
     info.packed = packed;
     info.packed_buffer_size_bytes = 3000;  // many chunks
     info.timeout = 30s;
-    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
-    auto* broadcast = dynamic_cast<trainer_sdk::BroadcastTrainerEngine*>(engine.get());
-    BOOST_REQUIRE(broadcast != nullptr);
-    broadcast->send_weights(packed ? "packed-1" : "unpacked-1");
+    std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
+    auto src = source();
+    engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, src);
+    engine->push({packed ? "packed-1" : "unpacked-1", /*verify=*/true});
     verify(*client);
     BOOST_TEST(client->call("weight_info")["weight_version"] ==
                (packed ? "packed-1" : "unpacked-1"));
@@ -125,14 +96,26 @@ BOOST_FIXTURE_TEST_CASE(two_workers_receive_the_same_broadcast, Fixture) {
   auto w1 = worker(1, 2);
   auto c0 = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w0->endpoint(), 30s);
   auto c1 = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w1->endpoint(), 30s);
-  auto both = std::make_shared<Both>(std::vector{c0, c1});
+  auto both = std::make_shared<trainer_sdk::FanOutClient>(
+      std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>>{c0, c1});
   trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 3, 0);
   info.packed_buffer_size_bytes = 4096;
   info.timeout = 30s;
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, both, source());
-  engine->send_weights();
+  engine->push({"both-1", /*verify=*/true});
   verify(*c0);
   verify(*c1);
+  BOOST_TEST(c1->call("weight_info")["weight_version"] == "both-1");
+  // A failure on one worker is raised naming it, with its own kind.
+  c1->call("start_weight_update");
+  try {
+    both->start_weight_update();
+    BOOST_FAIL("expected a RuntimeError");
+  } catch (const protocol::RuntimeError& e) {
+    BOOST_TEST(std::string(e.what()).find("worker " + w1->endpoint() +
+                                          ": start_weight_update called "
+                                          "while a weight update is already active") == 0u);
+  }
 }
 
 BOOST_FIXTURE_TEST_CASE(a_dead_worker_makes_the_trainer_raise_within_its_timeout, Fixture) {
