@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/_unique.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
@@ -169,6 +170,65 @@ void LlamaModel::abort_reload() {
   if (reload_->wrote_live()) dirty_ = true;
   reload_->abort();
   reload_.reset();
+}
+
+void LlamaModel::apply_patches(const std::vector<WeightPatch>& patches) {
+  // Everything is checked before anything is written: a bad patch loses nothing.
+  struct Resolved {
+    const CheckpointSlot* slot;
+    at::Tensor runtime_indices;
+    at::Tensor values;
+  };
+  std::vector<Resolved> resolved;
+  for (const auto& p : patches) {
+    const CheckpointSlot* slot = mapping_.find(p.name);
+    if (slot == nullptr) {
+      throw protocol::ValueError("unknown checkpoint tensor '" + p.name + "' in a sparse patch");
+    }
+    if (store_.quantized(slot->param)) {
+      throw protocol::ValueError("'" + p.name +
+                                 "' is held int8-quantized; sparse patches need "
+                                 "exact runtime storage");
+    }
+    if (p.indices.scalar_type() != at::kInt || p.indices.dim() != 1 || p.values.dim() != 1 ||
+        p.indices.numel() != p.values.numel()) {
+      throw protocol::ValueError("sparse patch '" + p.name +
+                                 "' needs 1-D int32 indices and 1-D values of the same length");
+    }
+    if (!at::isFloatingType(p.values.scalar_type())) {
+      throw protocol::ValueError("sparse patch '" + p.name + "' has non-floating values");
+    }
+    std::int64_t numel = 1;
+    for (auto d : slot->shape)
+      numel *= d;
+    at::Tensor idx = p.indices.to(at::kLong);
+    if (idx.numel() > 0) {
+      bool in_range = idx.min().item<std::int64_t>() >= 0 && idx.max().item<std::int64_t>() < numel;
+      bool unique = std::get<0>(at::_unique(idx)).numel() == idx.numel();
+      bool finite = !p.values.isnan().any().item<bool>();
+      if (!in_range || !unique || !finite) {
+        throw protocol::ValueError(
+            "sparse checkpoint patches contain NaN values, out-of-range "
+            "indices, or duplicate indices ('" +
+            p.name + "')");
+      }
+    }
+    // The checkpoint tensor is rows [row_offset, row_offset + rows) of the runtime parameter,
+    // so its flat positions shift by row_offset × row length.
+    std::int64_t row = numel / slot->shape[0];
+    resolved.push_back({slot, idx + slot->row_offset * row, p.values});
+  }
+  std::lock_guard reload(reload_mutex_);
+  if (reload_) throw protocol::RuntimeError("cannot apply sparse patches during a weight reload");
+  std::unique_lock lock(store_.mutex());  // between two generation steps
+  for (auto& r : resolved) {
+    at::Tensor flat = store_[r.slot->param].value.view({-1});
+    flat.index_put_({r.runtime_indices.to(flat.device())},
+                    r.values.to(flat.scalar_type()).to(flat.device()));
+    checkpoint_dtypes_[r.slot->name] = checkpoint_dtypes_.count(r.slot->name)
+                                           ? checkpoint_dtypes_[r.slot->name]
+                                           : r.values.scalar_type();
+  }
 }
 
 bool LlamaModel::reload_active() const {

@@ -59,6 +59,7 @@ class LlamaModel final : public LoadableModel {
   void start_reload() override;
   void finish_reload() override;
   void abort_reload() override;
+  void apply_patches(const std::vector<WeightPatch>& patches) override;
   c10::Device device() const override { return store_.device(); }
 
   bool reload_active() const;

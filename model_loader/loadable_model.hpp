@@ -16,6 +16,14 @@ namespace hotswap::model_loader {
 
 using NamedTensor = std::pair<std::string, at::Tensor>;
 
+// A sparse delta in checkpoint coordinates: `values` at the flat (row-major) positions
+// `indices` (int32, unique) of the full Hugging Face tensor `name`.
+struct WeightPatch {
+  std::string name;
+  at::Tensor indices;
+  at::Tensor values;
+};
+
 class LoadableModel {
  public:
   virtual ~LoadableModel();
@@ -29,6 +37,11 @@ class LoadableModel {
   virtual void start_reload() = 0;
   virtual void finish_reload() = 0;
   virtual void abort_reload() = 0;
+
+  // Applies sparse patches in place, all or nothing: every patch is checked (known name,
+  // floating values without NaN, indices in range and unique) before any is applied.
+  // The default refuses: a model must say how its runtime storage takes patches.
+  virtual void apply_patches(const std::vector<WeightPatch>& patches);
 
   virtual c10::Device device() const = 0;
 };

@@ -119,20 +119,23 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
   }
 }
 
+BroadcastWeightTransferEngine::CommunicatorFactory gloo_communicator_factory() {
+  return [](const protocol::NcclInitInfo& info, int rank,
+            std::chrono::milliseconds timeout) -> std::unique_ptr<transport::Communicator> {
+    if (info.uses_unique_id()) {
+      throw protocol::ValueError(
+          "the gloo backend rendezvouses through a TCPStore (master_address, master_port); "
+          "nccl_unique_id_b64 is for NCCL");
+    }
+    return std::make_unique<transport::GlooCommunicator>(
+        transport::GlooRendezvous{*info.master_address, static_cast<int>(*info.master_port), rank,
+                                  static_cast<int>(info.world_size), timeout});
+  };
+}
+
 std::unique_ptr<WeightTransferEngine> make_gloo_engine(const EngineContext& context) {
-  return std::make_unique<BroadcastWeightTransferEngine>(
-      context, "GlooWeightTransferEngine",
-      [](const protocol::NcclInitInfo& info, int rank,
-         std::chrono::milliseconds timeout) -> std::unique_ptr<transport::Communicator> {
-        if (info.uses_unique_id()) {
-          throw protocol::ValueError(
-              "the gloo backend rendezvouses through a TCPStore (master_address, "
-              "master_port); nccl_unique_id_b64 is for NCCL");
-        }
-        return std::make_unique<transport::GlooCommunicator>(
-            transport::GlooRendezvous{*info.master_address, static_cast<int>(*info.master_port),
-                                      rank, static_cast<int>(info.world_size), timeout});
-      });
+  return std::make_unique<BroadcastWeightTransferEngine>(context, "GlooWeightTransferEngine",
+                                                         gloo_communicator_factory());
 }
 
 }  // namespace hotswap::receiver

@@ -51,6 +51,9 @@ class BroadcastWeightTransferEngine
   std::vector<at::Tensor> buffers_;  // packed receive buffers, reused across rounds
 };
 
+// Opens a GlooCommunicator for a worker rank (a ValueError for unique-id rendezvous).
+BroadcastWeightTransferEngine::CommunicatorFactory gloo_communicator_factory();
+
 // The `gloo` backend: BroadcastWeightTransferEngine over GlooCommunicator.
 std::unique_ptr<WeightTransferEngine> make_gloo_engine(const EngineContext& context);
 

@@ -3,6 +3,7 @@
 #include "protocol/plugin_registry.hpp"
 #include "receiver/broadcast_engine.hpp"
 #include "receiver/disk_engine.hpp"
+#include "receiver/sparse_broadcast_engine.hpp"
 
 namespace hotswap::receiver {
 namespace {
@@ -19,6 +20,7 @@ Registry& registry() {
           std::make_unique<DiskWeightTransferEngine>(context));
     });
     instance.register_engine("gloo", make_gloo_engine);
+    instance.register_engine("sparse_gloo", make_sparse_gloo_engine);
     return true;
   }();
   (void)builtins_registered;

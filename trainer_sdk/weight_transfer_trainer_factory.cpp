@@ -2,6 +2,7 @@
 
 #include "protocol/plugin_registry.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/sparse_trainer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
 namespace {
@@ -14,6 +15,8 @@ Registry& registry() {
   static const bool builtins_registered = [] {
     instance.register_engine(std::string(GlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<BroadcastTrainerEngine>());
+    instance.register_engine(std::string(SparseGlooTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<SparseTrainerEngine>());
     return true;
   }();
   (void)builtins_registered;
