@@ -11,7 +11,9 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <atomic>
 #include <future>
+#include <thread>
 
 #include "receiver/recording_model.hpp"
 #include "receiver/weight_transfer_engine_factory.hpp"
@@ -47,7 +49,26 @@ class InProcessClient final : public trainer_sdk::WeightSyncClient {
     engine_.init_transfer_engine(init_info);
   }
   void start_weight_update() override { engine_.start_weight_update(); }
-  void update_weights(const json& update_info) override { engine_.update_weights(update_info); }
+  void update_weights(const json& update_info) override {
+    ++in_flight;
+    try {
+      engine_.update_weights(update_info);
+    } catch (...) {
+      --in_flight;
+      throw;
+    }
+    --in_flight;
+  }
+  // Waits for an update call the trainer walked away from (it runs on a detached thread that
+  // uses the engine, which must outlive it).
+  bool settle(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return in_flight == 0;
+  }
+  std::atomic<int> in_flight{0};
   void finish_weight_update(const std::optional<std::string>&) override {
     engine_.finish_weight_update();
   }
@@ -134,7 +155,8 @@ BOOST_AUTO_TEST_CASE(iteration_that_disagrees_with_metadata_is_refused_by_name) 
   HOTSWAP_CHECK_THROW_MSG(trainer->send_weights(), protocol::ValueError,
                           "WeightSource metadata disagrees with iteration at index 1: declared "
                           "'v' float32 [2], got 'v' Float [3]");
-  // The worker's receive gives up within its own timeout; the engine is torn down cleanly.
+  // The worker's receive gives up within its own timeout; then the engine is torn down.
+  BOOST_TEST(client->settle(10s));
   engine->shutdown();
 }
 
