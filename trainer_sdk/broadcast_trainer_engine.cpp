@@ -27,6 +27,12 @@ protocol::NcclInitInfo GlooTrainerInitInfo::worker_init_info() const {
   return info;
 }
 
+void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::Tensor& tensor) {
+  if (slice.size == 0) return;
+  chunk.narrow(0, static_cast<std::int64_t>(slice.offset), static_cast<std::int64_t>(slice.size))
+      .copy_(tensor.contiguous().view({-1}).view(at::kByte));
+}
+
 at::Tensor CheckedStream::next() {
   auto item = stream_->next();
   if (!item) {
@@ -158,12 +164,8 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
                          at::TensorOptions().dtype(at::kByte));
     }
     at::Tensor send = buffer.narrow(0, 0, bytes);
-    for (const auto& slice : chunk.slices) {
-      at::Tensor t = stream.next();
-      if (slice.size == 0) continue;
-      send.narrow(0, static_cast<std::int64_t>(slice.offset), static_cast<std::int64_t>(slice.size))
-          .copy_(t.view({-1}).view(at::kByte));
-    }
+    for (const auto& slice : chunk.slices)
+      pack_slice(send, slice, stream.next());
     communicator_->broadcast(send, 0, info_.timeout);
   }
   stream.finish();

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 
+#include "protocol/chunk_plan.hpp"
 #include "trainer_sdk/gloo_trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/communicator.hpp"
@@ -39,6 +40,10 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   GlooTrainerInitInfo info_;
   std::unique_ptr<transport::Communicator> communicator_;
 };
+
+// Writes `tensor`'s bytes into `chunk` (a uint8 buffer) where `slice` places them: vLLM's packed
+// layout, plain concatenation with no padding.
+void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::Tensor& tensor);
 
 // One pass of a source checked, element by element, against the metadata the worker was sent
 // (vLLM's `_checked_iter`): a disagreement would make the two sides cut the stream differently,
