@@ -1,0 +1,54 @@
+"""The Python client against a real hotswap-worker. Usage: python_client_test.py WORKER MAKE_MODEL"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "trainer_sdk", "python"))
+from hotswap_client import HotswapError, HotswapWeightSyncClient  # noqa: E402
+
+
+def main(worker, make):
+    tmp = tempfile.mkdtemp(prefix="hotswap-pyclient-")
+    for seed in (1, 2):
+        subprocess.run([make, "--arch", "llama", "--layers", "2", "--hidden-size", "64",
+                        "--intermediate-size", "96", "--heads", "4", "--kv-heads", "2",
+                        "--vocab", "128", "--seed", str(seed), "--out", f"{tmp}/m{seed}"],
+                       check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([worker, "--model", f"{tmp}/m1", "--control", "tcp://127.0.0.1:*",
+                             "--weight-transfer-config", '{"backend": "disk"}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        endpoint = line.split("control ", 1)[1].split(";", 1)[0]
+        client = HotswapWeightSyncClient(endpoint, timeout=30)
+        # It satisfies vLLM's VLLMWeightSyncClient protocol: the four methods, by name.
+        for method in ("init_weight_transfer_engine", "start_weight_update", "update_weights",
+                       "finish_weight_update"):
+            assert callable(getattr(client, method)), method
+        before = client.generate([1, 2, 3], max_tokens=4, temperature=0)
+        client.init_weight_transfer_engine({})
+        client.start_weight_update()
+        client.update_weights({"path": f"{tmp}/m2"})
+        client.finish_weight_update(weight_version="py-1")
+        assert client.weight_info() == {"weight_version": "py-1"}
+        after = client.generate([1, 2, 3], max_tokens=4, temperature=0)
+        assert after["weight_versions"] == [["py-1", 0, 4]], after
+        assert before["token_ids"] != after["token_ids"]
+        sums = client.weight_checker("checksum")["checksums"]
+        assert client.weight_checker("compare", baseline=sums)["match"] is True
+        try:
+            client.update_weights({"path": f"{tmp}/m2"})
+            raise AssertionError("update without start must fail")
+        except HotswapError as e:
+            assert e.code == -32000 and e.kind == "RuntimeError", (e.code, e.kind)
+            assert "start_weight_update must be called before update_weights." in e.message
+        print("python client: ok")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
