@@ -2,6 +2,7 @@
 
 #include "protocol/plugin_registry.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -15,6 +16,8 @@ Registry& registry() {
   static const bool builtins_registered = [] {
     instance.register_engine(std::string(GlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<BroadcastTrainerEngine>());
+    instance.register_engine(std::string(DiskTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<DiskTrainerEngine>());
     instance.register_engine(std::string(SparseGlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<SparseTrainerEngine>());
     return true;

@@ -1,0 +1,52 @@
+#include "trainer_sdk/disk_trainer_engine.hpp"
+
+#include <unistd.h>
+
+#include <map>
+
+#include "model_loader/safetensors_writer.hpp"
+#include "protocol/errors.hpp"
+
+namespace hotswap::trainer_sdk {
+
+DiskTrainerEngine::DiskTrainerEngine(std::shared_ptr<WeightSyncClient> client,
+                                     std::shared_ptr<WeightSource> source,
+                                     const DiskTrainerInitInfo& info)
+    : TrainerWeightTransferEngine(std::move(client), std::move(source), info.is_sender()),
+      info_(info) {}
+
+std::unique_ptr<DiskTrainerEngine> DiskTrainerEngine::trainer_init(
+    const DiskTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+    std::shared_ptr<WeightSource> source) {
+  if (!source) throw protocol::ValueError("Disk trainer weight transfer requires a WeightSource.");
+  if (!info.directory.is_absolute()) {
+    throw protocol::ValueError("the shared directory must be absolute, got '" +
+                               info.directory.string() + "'");
+  }
+  auto engine = std::make_unique<DiskTrainerEngine>(client, source, info);
+  if (engine->is_sender()) {
+    std::filesystem::create_directories(info.directory);
+    client->init_weight_transfer_engine(nlohmann::json::object());
+  }
+  return engine;
+}
+
+void DiskTrainerEngine::send_weights() {
+  auto stream = source()->iter();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  while (auto item = stream->next()) {
+    if (item->held()) tensors.emplace_back(item->name, item->tensor);
+  }
+  if (!is_sender()) return;
+  auto dir =
+      info_.directory / ("round-" + std::to_string(::getpid()) + "-" + std::to_string(++round_));
+  std::filesystem::create_directories(dir);
+  model_loader::save_safetensors((dir / "model.safetensors").string(), tensors);
+  client().start_weight_update();
+  client().update_weights({{"path", dir.string()}});
+  client().finish_weight_update(round_version());
+  if (!previous_.empty()) std::filesystem::remove_all(previous_);
+  previous_ = dir;
+}
+
+}  // namespace hotswap::trainer_sdk

@@ -1,0 +1,207 @@
+// hotswap-trainer: a stand-in RL trainer. Loads a checkpoint as its source, and each round
+// applies a deterministic simulated training step (or, for sparse_gloo, a deterministic sparse
+// delta), pushes it into the workers, optionally verifies bit for bit, and prints what it moved.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model_loader/checkpoint.hpp"
+#include "protocol/errors.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/disk_trainer_engine.hpp"
+#include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/sparse_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+
+using namespace hotswap;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+at::Generator generator(std::uint64_t seed, std::uint64_t round, std::size_t index) {
+  return at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ull + round * 7919ull + index);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hotswap-trainer: push simulated training steps into hotswap workers"};
+  std::string workers, backend, source_dir, master_address = "127.0.0.1", disk_dir;
+  int rounds = 1, master_port = 0;
+  double step_scale = 0.01, timeout_seconds = 300;
+  std::uint64_t seed = 0;
+  std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes;
+  bool packed = true, verify = false;
+  app.add_option("--workers", workers, "control endpoints, comma-separated")->required();
+  app.add_option("--backend", backend, "gloo | shm | sparse_gloo | disk")->required();
+  app.add_option("--source", source_dir, "checkpoint directory the trainer starts from")
+      ->required();
+  app.add_option("--rounds", rounds)->capture_default_str();
+  app.add_option("--step-scale", step_scale, "size of each simulated step")->capture_default_str();
+  app.add_option("--seed", seed);
+  app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo)");
+  app.add_option("--buffer-size", buffer_size, "packed chunk size in bytes")->capture_default_str();
+  app.add_flag("--verify", verify, "check the workers' weights bit for bit after each round");
+  app.add_option("--master-address", master_address, "gloo rendezvous host")->capture_default_str();
+  app.add_option("--master-port", master_port, "gloo rendezvous port (default: a free one)");
+  app.add_option("--disk-dir", disk_dir, "shared directory for the disk backend");
+  app.add_option("--timeout", timeout_seconds, "seconds for every wait")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
+    std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients;
+    for (const auto& endpoint : split(workers)) {
+      clients.push_back(std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, timeout));
+    }
+    auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
+    const int world_size = 1 + static_cast<int>(clients.size());
+    if (master_port == 0) master_port = free_port();
+
+    // The source: the checkpoint's tensors, owned, so each round can step them.
+    auto checkpoint = model_loader::Checkpoint::open(source_dir);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& name : checkpoint.names())
+      tensors.emplace_back(name, checkpoint.tensor(name).clone());
+    auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+    std::uint64_t model_bytes = checkpoint.total_bytes();
+
+    std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
+    std::filesystem::path owned_disk_dir;
+    // The directory this run made for the disk backend goes on every exit path.
+    struct RemoveOnExit {
+      std::filesystem::path& path;
+      ~RemoveOnExit() {
+        std::error_code ec;
+        if (!path.empty()) std::filesystem::remove_all(path, ec);
+      }
+    } cleanup{owned_disk_dir};
+    if (backend == "gloo") {
+      trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, 0);
+      info.packed = packed;
+      info.packed_buffer_size_bytes = buffer_size;
+      info.timeout = timeout;
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    } else if (backend == "sparse_gloo") {
+      trainer_sdk::SparseGlooTrainerInitInfo info(master_address, master_port, world_size, 0);
+      info.timeout = timeout;
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
+    } else if (backend == "disk") {
+      if (disk_dir.empty()) {
+        owned_disk_dir = std::filesystem::temp_directory_path() /
+                         ("hotswap-trainer-" + std::to_string(::getpid()));
+        disk_dir = owned_disk_dir.string();
+      }
+      trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), 0);
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    } else if (backend == "shm") {
+      throw protocol::ValueError(
+          "the shm backend is not available in this build yet; use gloo, "
+          "sparse_gloo or disk");
+    } else {
+      throw protocol::ValueError("unknown --backend '" + backend +
+                                 "' (gloo, shm, sparse_gloo or disk)");
+    }
+
+    for (int round = 1; round <= rounds; ++round) {
+      std::string version = "round-" + std::to_string(round);
+      std::uint64_t bytes = 0;
+      auto start = Clock::now();
+      if (backend == "sparse_gloo") {
+        // A deterministic sparse delta: a few elements of every tensor of two dimensions.
+        std::vector<trainer_sdk::SparsePatch> patches;
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+          auto& [name, t] = tensors[i];
+          if (t.dim() != 2 || !at::isFloatingType(t.scalar_type())) continue;
+          auto gen = generator(seed, round, i);
+          std::int64_t n = std::min<std::int64_t>(16, t.numel());
+          at::Tensor idx =
+              at::randperm(t.numel(), gen, at::TensorOptions().dtype(at::kLong)).narrow(0, 0, n);
+          at::Tensor flat = t.view({-1});
+          at::Tensor values =
+              (flat.index_select(0, idx).to(at::kFloat) +
+               step_scale * at::randn({n}, gen, at::TensorOptions().dtype(at::kFloat)))
+                  .to(t.scalar_type());
+          flat.index_put_({idx}, values);  // the trainer's own copy moves too, for --verify
+          patches.push_back({name, idx.to(at::kInt), values, t.sizes().vec()});
+          bytes += static_cast<std::uint64_t>(n * 4 + values.nbytes());
+        }
+        auto* sparse = dynamic_cast<trainer_sdk::SparseTrainerEngine*>(engine.get());
+        sparse->send_weights(patches, version);
+        if (verify) trainer_sdk::verify_against_source(*client, *source);
+      } else {
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+          auto& [name, t] = tensors[i];
+          if (!at::isFloatingType(t.scalar_type())) continue;
+          auto gen = generator(seed, round, i);
+          t.copy_(t.to(at::kFloat) +
+                  step_scale * at::randn(t.sizes(), gen, at::TensorOptions().dtype(at::kFloat)));
+        }
+        if (model_bytes > (256u << 20)) {
+          std::printf("round %d/%d: sending %.1f MB over %s...\n", round, rounds, model_bytes / 1e6,
+                      backend.c_str());
+          std::fflush(stdout);
+        }
+        engine->push({version, verify});
+        bytes = model_bytes;
+      }
+      double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      auto served = clients[0]->call("weight_info")["weight_version"];
+      std::printf("round %d/%d: %s %llu bytes in %.4f s = %.3f GB/s, weight_version %s%s\n", round,
+                  rounds, backend.c_str(), static_cast<unsigned long long>(bytes), seconds,
+                  bytes / seconds / 1e9, served.dump().c_str(), verify ? ", verified" : "");
+      std::cout << json{{"round", round},
+                        {"backend", backend},
+                        {"bytes", bytes},
+                        {"seconds", seconds},
+                        {"gbps", bytes / seconds / 1e9},
+                        {"weight_version", served},
+                        {"verified", verify}}
+                       .dump()
+                << std::endl;
+    }
+    engine->shutdown();
+  } catch (const std::exception& e) {
+    std::cerr << "hotswap-trainer: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
