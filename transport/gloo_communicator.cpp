@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "protocol/errors.hpp"
+#include "transport/posix_check.hpp"
 
 namespace hotswap::transport {
 
@@ -52,6 +53,23 @@ std::string local_address_towards(const std::string& remote) {
   }
   if (fd >= 0) ::close(fd);
   return local;
+}
+
+int pick_free_port(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  HOTSWAP_POSIX_CHECK(fd, "socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    throw protocol::ValueError("'" + host + "' is not an IPv4 address");
+  }
+  socklen_t len = sizeof(addr);
+  int ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+           ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) throw protocol::RuntimeError("cannot find a free port on " + host);
+  return ntohs(addr.sin_port);
 }
 
 GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)

@@ -42,4 +42,8 @@ class GlooCommunicator final : public Communicator {
 // The local address this host uses to reach `remote` (loopback for a loopback master).
 std::string local_address_towards(const std::string& remote);
 
+// A TCP port on `host` that was free a moment ago (the kernel's pick), for a rendezvous whose
+// port nobody chose.
+int pick_free_port(const std::string& host = "127.0.0.1");
+
 }  // namespace hotswap::transport

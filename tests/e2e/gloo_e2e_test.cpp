@@ -15,6 +15,7 @@
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/gloo_communicator.hpp"
 #include "transport/tensor_digest.hpp"
 #include "worker/worker_process.hpp"
 
@@ -25,19 +26,6 @@ using testing::CheckpointDir;
 using testing::WorkerProcess;
 
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 struct Fixture {
   model_loader::ModelConfig config =
@@ -76,7 +64,7 @@ BOOST_FIXTURE_TEST_CASE(one_worker_packed_and_unpacked_rounds_verify, Fixture) {
   auto w = worker(0, 1);
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
   for (bool packed : {true, false}) {
-    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
     info.packed = packed;
     info.packed_buffer_size_bytes = 3000;  // many chunks
     info.timeout = 30s;
@@ -98,7 +86,7 @@ BOOST_FIXTURE_TEST_CASE(two_workers_receive_the_same_broadcast, Fixture) {
   auto c1 = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w1->endpoint(), 30s);
   auto both = std::make_shared<trainer_sdk::FanOutClient>(
       std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>>{c0, c1});
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 3, 0);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
   info.packed_buffer_size_bytes = 4096;
   info.timeout = 30s;
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, both, source());
@@ -121,7 +109,7 @@ BOOST_FIXTURE_TEST_CASE(two_workers_receive_the_same_broadcast, Fixture) {
 BOOST_FIXTURE_TEST_CASE(a_dead_worker_makes_the_trainer_raise_within_its_timeout, Fixture) {
   auto w = worker(0, 1);
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 5s);
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
   info.packed = false;
   info.timeout = 5s;
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
@@ -151,7 +139,7 @@ BOOST_FIXTURE_TEST_CASE(a_failed_transfer_keeps_old_weights_and_a_new_init_works
       }
       std::shared_ptr<trainer_sdk::TensorListSource> full_;
     };
-    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
     info.packed = false;
     info.timeout = 10s;
     auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
@@ -170,7 +158,7 @@ BOOST_FIXTURE_TEST_CASE(a_failed_transfer_keeps_old_weights_and_a_new_init_works
       client->call("generate", {{"prompt_token_ids", {1, 2}}, {"max_tokens", 2}})["token_ids"]
           .size() == 2u);
   // A new handshake and round work.
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
   info.timeout = 20s;
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
   engine->send_weights();

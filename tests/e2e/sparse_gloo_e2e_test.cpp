@@ -11,6 +11,7 @@
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/gloo_communicator.hpp"
 #include "transport/tensor_digest.hpp"
 #include "worker/worker_process.hpp"
 
@@ -19,19 +20,6 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 at::Tensor ints(std::vector<std::int32_t> v) {
   return at::tensor(v, at::TensorOptions().dtype(at::kInt));
@@ -50,7 +38,7 @@ BOOST_AUTO_TEST_CASE(a_sparse_round_changes_exactly_the_patched_elements) {
   testing::WorkerProcess worker({"--model", ckpt.dir.path.string(), "--weight-transfer-config",
                                  R"({"backend": "sparse_gloo"})", "--timeout", "20"});
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(worker.endpoint(), 30s);
-  trainer_sdk::SparseGlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  trainer_sdk::SparseGlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
   info.timeout = 30s;
   HOTSWAP_CHECK_THROW_MSG(trainer_sdk::WeightTransferTrainerFactory::trainer_init(
                               info, client,

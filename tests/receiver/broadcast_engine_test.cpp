@@ -21,25 +21,13 @@
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "transport/gloo_communicator.hpp"
 
 using namespace hotswap;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 // A client that drives an in-process engine the way a worker would.
 class InProcessClient final : public trainer_sdk::WeightSyncClient {
@@ -99,7 +87,7 @@ void round_trip(bool packed, std::int64_t buffer_size) {
   auto client = std::make_shared<InProcessClient>(*engine);
   auto tensors = mixed_tensors();
   auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
   info.packed = packed;
   info.packed_buffer_size_bytes = buffer_size;
   info.timeout = 20s;
@@ -147,7 +135,7 @@ BOOST_AUTO_TEST_CASE(iteration_that_disagrees_with_metadata_is_refused_by_name) 
           .iter();
     }
   };
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", free_port(), 2, 0);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
   info.packed = false;
   info.timeout = 3s;
   auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client,

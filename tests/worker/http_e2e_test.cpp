@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "model_loader/model_test_support.hpp"
+#include "transport/gloo_communicator.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
@@ -15,25 +16,11 @@ using testing::WorkerProcess;
 
 namespace {
 
-// A loopback port that was free a moment ago.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
 struct Fixture {
   model_loader::ModelConfig config = testing::tiny_config(model_loader::Architecture::kQwen2);
   CheckpointDir old_ckpt{config, 1100};
   CheckpointDir new_ckpt{config, 1200};
-  int port = free_port();
+  int port = transport::pick_free_port();
   WorkerProcess worker{{"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
                         R"({"backend": "disk"})", "--http-port", std::to_string(port)}};
   httplib::Client http{"127.0.0.1", port};

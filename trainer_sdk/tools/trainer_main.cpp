@@ -27,25 +27,13 @@
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "transport/gloo_communicator.hpp"
 
 using namespace hotswap;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -94,7 +82,7 @@ int main(int argc, char** argv) {
     }
     auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
     const int world_size = 1 + static_cast<int>(clients.size());
-    if (master_port == 0) master_port = free_port();
+    if (master_port == 0) master_port = transport::pick_free_port();
 
     // The source: the checkpoint's tensors, owned, so each round can step them.
     auto checkpoint = model_loader::Checkpoint::open(source_dir);
