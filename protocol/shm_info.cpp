@@ -47,17 +47,23 @@ nlohmann::json ShmInitInfo::to_json() const {
 }
 
 ShmUpdateInfo ShmUpdateInfo::from_json(const nlohmann::json& object) {
-  JsonFields fields(object, kUpdateType, {"names", "dtype_names", "shapes"});
+  JsonFields fields(object, kUpdateType, {"names", "dtype_names", "shapes", "first_sequence"});
   auto names = fields.required_string_list("names");
   auto dtype_names = fields.required_string_list("dtype_names");
   auto shapes = fields.required_shape_list("shapes");
+  auto first = fields.required_int("first_sequence");
   fields.finish();
-  return ShmUpdateInfo{params_from_lists(kUpdateType, names, dtype_names, shapes)};
+  if (first < 1) {
+    throw ValueError(std::string(kUpdateType) + ": `first_sequence` must be at least 1, got " +
+                     std::to_string(first));
+  }
+  return ShmUpdateInfo{params_from_lists(kUpdateType, names, dtype_names, shapes), first};
 }
 
 nlohmann::json ShmUpdateInfo::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   write_param_lists(params, out);
+  out["first_sequence"] = first_sequence;
   return out;
 }
 

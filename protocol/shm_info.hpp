@@ -3,7 +3,8 @@
 // `packed_buffer_size_bytes` each at the handshake and fills them with packed chunks, rotating
 // through the buffers so that it fills one while workers copy out of another. Chunks follow the
 // IPC rule (flush before overflowing), so every chunk fits its buffer; the worker derives the
-// chunk plan from the round's metadata, exactly as the trainer did.
+// chunk plan from the round's metadata, exactly as the trainer did. The handshake in each
+// segment's header is transport/shm_ring.hpp's.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ struct ShmInitInfo {
 
 struct ShmUpdateInfo {
   std::vector<ParamMeta> params;
+  // Sequence number of the round's first chunk; chunk c travels as first_sequence + c in
+  // buffer (first_sequence + c) % segment count. Rounds continue the numbering.
+  std::int64_t first_sequence = 1;
 
   static ShmUpdateInfo from_json(const nlohmann::json& object);
   nlohmann::json to_json() const;

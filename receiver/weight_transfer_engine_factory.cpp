@@ -3,6 +3,7 @@
 #include "protocol/plugin_registry.hpp"
 #include "receiver/broadcast_engine.hpp"
 #include "receiver/disk_engine.hpp"
+#include "receiver/shm_engine.hpp"
 #include "receiver/sparse_broadcast_engine.hpp"
 
 namespace hotswap::receiver {
@@ -21,6 +22,10 @@ Registry& registry() {
     });
     instance.register_engine("gloo", make_gloo_engine);
     instance.register_engine("sparse_gloo", make_sparse_gloo_engine);
+    instance.register_engine("shm", [](const EngineContext& context) {
+      return std::unique_ptr<WeightTransferEngine>(
+          std::make_unique<ShmWeightTransferEngine>(context));
+    });
     return true;
   }();
   (void)builtins_registered;

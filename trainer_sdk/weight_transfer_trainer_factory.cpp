@@ -3,6 +3,7 @@
 #include "protocol/plugin_registry.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
+#include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -18,6 +19,8 @@ Registry& registry() {
                              WeightTransferTrainerFactory::creator_for<BroadcastTrainerEngine>());
     instance.register_engine(std::string(DiskTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<DiskTrainerEngine>());
+    instance.register_engine(std::string(ShmTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<ShmTrainerEngine>());
     instance.register_engine(std::string(SparseGlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<SparseTrainerEngine>());
     return true;

@@ -159,12 +159,20 @@ BOOST_AUTO_TEST_CASE(shm_init_info_names_posix_segments) {
 }
 
 BOOST_AUTO_TEST_CASE(shm_update_info_is_the_metadata_of_the_round) {
-  auto info = ShmUpdateInfo::from_json(
-      {{"names", {"w"}}, {"dtype_names", {"bfloat16"}}, {"shapes", {{2, 8}}}});
+  auto info = ShmUpdateInfo::from_json({{"names", {"w"}},
+                                        {"dtype_names", {"bfloat16"}},
+                                        {"shapes", {{2, 8}}},
+                                        {"first_sequence", 5}});
   BOOST_TEST(info.params[0].nbytes() == 32u);
+  BOOST_TEST(info.first_sequence == 5);
+  BOOST_TEST(ShmUpdateInfo::from_json(info.to_json()).first_sequence == 5);
   HOTSWAP_CHECK_THROW_MSG(
-      ShmUpdateInfo::from_json({{"names", {"w"}}, {"dtype_names", {"bf16"}}, {"shapes", {{1}}}}),
+      ShmUpdateInfo::from_json(
+          {{"names", {"w"}}, {"dtype_names", {"bf16"}}, {"shapes", {{1}}}, {"first_sequence", 1}}),
       ValueError, "'w' has unknown dtype name 'bf16'");
+  HOTSWAP_CHECK_THROW_MSG(ShmUpdateInfo::from_json(
+                              {{"names", {"w"}}, {"dtype_names", {"bfloat16"}}, {"shapes", {{1}}}}),
+                          ValueError, "missing 1 required positional argument: 'first_sequence'");
 }
 
 BOOST_AUTO_TEST_CASE(disk_update_info_checks_the_directory_with_vllms_messages) {

@@ -28,6 +28,10 @@ echo "$out" | grep -q 'round 2/2: gloo .* weight_version "round-2", verified'
 out=$("$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 1 --no-packed --verify --seed 9)
 echo "$out" | grep -q 'round 1/1: gloo .*verified'
 
+start h0 shm; h0=$endpoint
+start h1 shm; h1=$endpoint
+"$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 65536 | grep -q 'round 3/3: shm .*verified'
+
 start d disk; d=$endpoint
 "$trainer" --workers "$d" --backend disk --source "$dir/m" --rounds 2 --verify --disk-dir "$dir/shared" | grep -q 'round 2/2: disk .*verified'
 [ -z "$(ls -A "$dir/shared" | grep -v "round-.*-2$" || true)" ]  # only the last round remains
@@ -37,4 +41,4 @@ start s sparse_gloo; s=$endpoint
 
 if "$trainer" --workers "$d" --backend carrier_pigeon --source "$dir/m" 2>"$dir/err"; then exit 1; fi
 grep -q "unknown --backend 'carrier_pigeon'" "$dir/err"
-echo "hotswap-trainer: gloo (two workers), disk and sparse_gloo rounds verified"
+echo "hotswap-trainer: gloo and shm (two workers each), disk and sparse_gloo rounds verified"

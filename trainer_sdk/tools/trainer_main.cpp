@@ -24,6 +24,7 @@
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"

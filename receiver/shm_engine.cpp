@@ -1,0 +1,57 @@
+#include "receiver/shm_engine.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include <cstring>
+
+#include "protocol/chunk_plan.hpp"
+#include "transport/torch_dtype.hpp"
+
+namespace hotswap::receiver {
+
+void ShmWeightTransferEngine::init_transfer_channel(const protocol::ShmInitInfo& info) {
+  ring_.reset();
+  auto ring = std::make_unique<transport::ShmRing>(transport::ShmRing::open(info.segment_names));
+  if (ring->buffer_bytes() < static_cast<std::size_t>(info.packed_buffer_size_bytes)) {
+    throw protocol::ValueError(
+        "shared-memory buffers hold " + std::to_string(ring->buffer_bytes()) +
+        " bytes but packed_buffer_size_bytes is " + std::to_string(info.packed_buffer_size_bytes));
+  }
+  ring_ = std::move(ring);
+  names_ = info.segment_names;
+}
+
+void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& update_info) {
+  if (!ring_) {
+    throw protocol::RuntimeError(
+        "Shm weight transfer not initialized. Call init_transfer_engine() first.");
+  }
+  const auto plan = protocol::plan_ipc_chunks(update_info.params, ring_->buffer_bytes());
+  const auto timeout = context().timeout;
+  try {
+    for (std::size_t c = 0; c < plan.size(); ++c) {
+      const auto sequence = static_cast<std::uint64_t>(update_info.first_sequence) + c;
+      const std::uint8_t* chunk = ring_->acquire_for_read(sequence, timeout);
+      std::vector<model_loader::NamedTensor> weights;
+      for (const auto& slice : plan[c].slices) {
+        const auto& p = update_info.params[slice.param_index];
+        at::Tensor t =
+            at::empty(p.shape, at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)));
+        // One copy out of the shared buffer, which the trainer refills as soon as it is released.
+        if (slice.size > 0) std::memcpy(t.data_ptr(), chunk + slice.offset, slice.size);
+        weights.emplace_back(p.name, t.to(device()));
+      }
+      ring_->release(sequence);
+      model().load_weights(weights);
+      add_bytes_received(plan[c].size_bytes);
+    }
+  } catch (const protocol::TimeoutError&) {
+    // The trainer stopped serving chunks: presume it dead, and clear what it left behind.
+    for (const auto& name : names_)
+      transport::ShmSegment::unlink(name);
+    ring_.reset();
+    throw;
+  }
+}
+
+}  // namespace hotswap::receiver

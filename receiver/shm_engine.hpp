@@ -1,0 +1,38 @@
+// ShmWeightTransferEngine: the worker side of the `shm` backend, the CPU twin of `ipc` for a
+// trainer and workers on one host. The trainer fills shared-memory buffers with packed chunks
+// (the IPC chunk rule, so each fits); this engine opens them at the handshake, and per chunk
+// waits for it (bounded), copies the tensors out into the model, and releases the buffer for
+// the trainer's next chunk. Several workers read the same segments.
+//
+// If the trainer dies mid-round the wait times out: the session fails, and the engine unlinks
+// the segments the dead trainer left behind (a live trainer would have served the chunk).
+#pragma once
+
+#include <memory>
+
+#include "protocol/shm_info.hpp"
+#include "receiver/weight_transfer_engine.hpp"
+#include "transport/shm_ring.hpp"
+
+namespace hotswap::receiver {
+
+class ShmWeightTransferEngine final
+    : public TypedWeightTransferEngine<protocol::ShmInitInfo, protocol::ShmUpdateInfo> {
+ public:
+  using TypedWeightTransferEngine::TypedWeightTransferEngine;
+
+  std::string_view name() const override { return "ShmWeightTransferEngine"; }
+  void start_weight_update() override { model().start_reload(); }
+  void finish_weight_update() override { model().finish_reload(); }
+  void shutdown() override { ring_.reset(); }
+
+ protected:
+  void init_transfer_channel(const protocol::ShmInitInfo& init_info) override;
+  void receive_weights(const protocol::ShmUpdateInfo& update_info) override;
+
+ private:
+  std::unique_ptr<transport::ShmRing> ring_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace hotswap::receiver

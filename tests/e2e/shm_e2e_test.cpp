@@ -1,0 +1,130 @@
+// The shm data plane into real worker processes on this host.
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "model_loader/model_test_support.hpp"
+#include "protocol/errors.hpp"
+#include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/shm_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "worker/worker_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+
+namespace {
+
+// This process's shared-memory segments still on the host.
+std::vector<std::string> leftover_segments() {
+  std::vector<std::string> out;
+  const std::string mine = "hotswap-" + std::to_string(::getpid()) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    if (e.path().filename().string().starts_with(mine)) out.push_back(e.path().filename());
+  }
+  return out;
+}
+
+struct Fixture {
+  model_loader::ModelConfig config =
+      testing::tiny_config(model_loader::Architecture::kLlama, protocol::DType::kBFloat16);
+  testing::CheckpointDir old_ckpt{config, 5100};
+  testing::CheckpointDir new_ckpt{config, 5200};
+
+  std::unique_ptr<testing::WorkerProcess> worker(const std::string& timeout = "20") {
+    return std::make_unique<testing::WorkerProcess>(
+        std::vector<std::string>{"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+                                 R"({"backend": "shm"})", "--timeout", timeout});
+  }
+  std::shared_ptr<trainer_sdk::TensorListSource> source() const {
+    std::vector<std::pair<std::string, at::Tensor>> t;
+    for (auto& [name, tensor] : new_ckpt.tensors())
+      t.emplace_back(name, tensor);
+    return std::make_shared<trainer_sdk::TensorListSource>(t);
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(shm_end_to_end)
+
+BOOST_FIXTURE_TEST_CASE(two_workers_read_the_same_double_buffered_chunks, Fixture) {
+  auto w0 = worker(), w1 = worker();
+  auto client = std::make_shared<trainer_sdk::FanOutClient>(
+      std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>>{
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w0->endpoint(), 30s),
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w1->endpoint(), 30s)});
+  {
+    trainer_sdk::ShmTrainerInitInfo info(2, 0);
+    info.packed_buffer_size_bytes = 4096;  // many chunks through two buffers
+    info.timeout = 30s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+    for (int round = 1; round <= 3; ++round)
+      engine->push({"shm-" + std::to_string(round), true});
+    BOOST_TEST(client->workers()[1]->call("weight_info")["weight_version"] == "shm-3");
+    BOOST_TEST(leftover_segments().size() == 2u);
+  }
+  BOOST_TEST(leftover_segments().empty());  // the trainer's buffers go with it
+}
+
+BOOST_FIXTURE_TEST_CASE(a_tensor_larger_than_the_buffer_is_refused_before_any_rpc, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  trainer_sdk::ShmTrainerInitInfo info(1, 0);
+  info.packed_buffer_size_bytes = 1000;  // the 64×32 bf16 embeddings need 4096
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+  BOOST_CHECK_EXCEPTION(engine->send_weights(), protocol::ValueError, [](const auto& e) {
+    return std::string(e.what()).find("exceeds buffer_size_bytes=1000") != std::string::npos;
+  });
+  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_trainer_that_stops_mid_round_leaves_old_weights_and_no_segments,
+                        Fixture) {
+  auto w = worker("2");
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  auto before = client->call("weight_checker", {{"action", "checksum"}});
+  class Truncated final : public trainer_sdk::WeightSource {
+   public:
+    explicit Truncated(std::shared_ptr<trainer_sdk::TensorListSource> full)
+        : full_(std::move(full)) {}
+    std::vector<protocol::ParamMeta> metadata() override { return full_->metadata(); }
+    std::unique_ptr<trainer_sdk::WeightStream> iter() override {
+      std::vector<std::pair<std::string, at::Tensor>> some;
+      auto stream = full_->iter();
+      for (int i = 0; i < 3; ++i) {
+        auto item = stream->next();
+        some.emplace_back(item->name, item->tensor);
+      }
+      return trainer_sdk::TensorListSource(some).iter();
+    }
+    std::shared_ptr<trainer_sdk::TensorListSource> full_;
+  };
+  {
+    trainer_sdk::ShmTrainerInitInfo info(1, 0);
+    info.packed_buffer_size_bytes = 8192;
+    info.timeout = 10s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+        info, client, std::make_shared<Truncated>(source()));
+    BOOST_CHECK_THROW(engine->send_weights(), protocol::ValueError);  // the source ran dry
+  }
+  BOOST_TEST(leftover_segments().empty());
+  // The worker's wait ends within its --timeout (2 s); the session ends; old weights serve.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (client->call("health")["weight_update_active"] == true &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+  BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
+  // A new handshake works.
+  trainer_sdk::ShmTrainerInitInfo info(1, 0);
+  info.packed_buffer_size_bytes = 8192;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+  engine->push({"after", true});
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,79 @@
+#include "trainer_sdk/shm_trainer_engine.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "protocol/chunk_plan.hpp"
+#include "trainer_sdk/async_call.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+
+namespace hotswap::trainer_sdk {
+
+ShmTrainerEngine::ShmTrainerEngine(std::shared_ptr<WeightSyncClient> client,
+                                   std::shared_ptr<WeightSource> source,
+                                   const ShmTrainerInitInfo& info)
+    : TrainerWeightTransferEngine(std::move(client), std::move(source), info.is_sender()),
+      info_(info) {}
+
+std::unique_ptr<ShmTrainerEngine> ShmTrainerEngine::trainer_init(
+    const ShmTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+    std::shared_ptr<WeightSource> source) {
+  if (!source) throw protocol::ValueError("Shm trainer weight transfer requires a WeightSource.");
+  if (info.num_workers < 1 || info.num_buffers < 1 || info.packed_buffer_size_bytes < 1) {
+    throw protocol::ValueError("shm needs at least one worker, one buffer and a positive size");
+  }
+  auto engine = std::make_unique<ShmTrainerEngine>(client, source, info);
+  if (!engine->is_sender()) return engine;
+  static std::atomic<int> instances{0};
+  const std::string base =
+      "/hotswap-" + std::to_string(::getpid()) + "-" + std::to_string(instances++);
+  std::vector<std::string> names;
+  for (int i = 0; i < info.num_buffers; ++i)
+    names.push_back(base + "-" + std::to_string(i));
+  engine->ring_ = std::make_unique<transport::ShmRing>(transport::ShmRing::create(
+      names, static_cast<std::size_t>(info.packed_buffer_size_bytes), info.num_workers));
+  client->init_weight_transfer_engine(
+      {{"segment_names", names}, {"packed_buffer_size_bytes", info.packed_buffer_size_bytes}});
+  return engine;
+}
+
+void ShmTrainerEngine::send_weights() {
+  auto meta = source()->metadata();
+  if (!is_sender()) {
+    auto stream = source()->iter();
+    while (stream->next()) {
+    }
+    return;
+  }
+  if (!ring_) throw protocol::RuntimeError("the shm buffers are closed; call trainer_init again");
+  auto plan = protocol::plan_ipc_chunks(meta, ring_->buffer_bytes());  // before any RPC
+  nlohmann::json update_info = nlohmann::json::object();
+  protocol::write_param_lists(meta, update_info);
+  update_info["first_sequence"] = next_sequence_;
+
+  client().start_weight_update();
+  auto shared_client = client_shared();
+  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+  update.rethrow_if_failed();
+  CheckedStream stream(source()->iter(), meta);
+  for (std::size_t c = 0; c < plan.size(); ++c) {
+    const std::uint64_t sequence = next_sequence_ + c;
+    std::uint8_t* out = ring_->acquire_for_write(sequence, info_.timeout);
+    for (const auto& slice : plan[c].slices) {
+      at::Tensor t = stream.next();
+      if (slice.size > 0) std::memcpy(out + slice.offset, t.data_ptr(), slice.size);
+    }
+    ring_->publish(sequence);
+    // A worker that failed stops reading: surface its reason rather than wait for a timeout.
+    update.rethrow_if_failed();
+  }
+  stream.finish();
+  next_sequence_ += plan.size();
+  ring_->drain(info_.timeout);
+  update.wait(info_.timeout, "update_weights");
+  client().finish_weight_update(round_version());
+}
+
+}  // namespace hotswap::trainer_sdk

@@ -1,0 +1,49 @@
+// ShmTrainerEngine: the trainer side of the `shm` backend (trainer and workers on one host).
+// At trainer_init it creates `num_buffers` POSIX shared-memory buffers (0600, unlinked on every
+// exit path) and ships their names at the handshake. Each round: start, update on a side
+// thread, then pack chunks (the IPC rule: flush before overflowing) into the buffers in turn,
+// each reused only once every worker has copied out of it, drain, finish.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_weight_transfer_engine.hpp"
+#include "transport/shm_ring.hpp"
+
+namespace hotswap::trainer_sdk {
+
+struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
+  static constexpr std::string_view backend = "shm";
+  ShmTrainerInitInfo(int num_workers, int rank)
+      : TrainerInitInfoFor(rank), num_workers(num_workers) {}
+  int num_workers;                                     // how many workers read each chunk
+  std::int64_t packed_buffer_size_bytes = 64ll << 20;  // per buffer
+  int num_buffers = 2;                                 // filled while workers read another
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class ShmTrainerEngine : public TrainerWeightTransferEngine {
+ public:
+  using InitInfo = ShmTrainerInitInfo;
+  static std::unique_ptr<ShmTrainerEngine> trainer_init(const ShmTrainerInitInfo& info,
+                                                        std::shared_ptr<WeightSyncClient> client,
+                                                        std::shared_ptr<WeightSource> source);
+  ShmTrainerEngine(std::shared_ptr<WeightSyncClient> client, std::shared_ptr<WeightSource> source,
+                   const ShmTrainerInitInfo& info);
+
+  void send_weights() override;
+  void shutdown() override { ring_.reset(); }  // unlinks the segments
+
+  std::vector<std::string> segment_names() const {
+    return ring_ ? ring_->names() : std::vector<std::string>{};
+  }
+
+ private:
+  ShmTrainerInitInfo info_;
+  std::unique_ptr<transport::ShmRing> ring_;
+  std::uint64_t next_sequence_ = 1;
+};
+
+}  // namespace hotswap::trainer_sdk

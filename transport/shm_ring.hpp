@@ -1,0 +1,60 @@
+// ShmRing: the shm data plane's buffers and their handshake. N segments, each a 64-byte header
+// and a data area; a chunk with sequence number s travels in segment s % N.
+//
+//   producer: wait until every consumer has released the chunk the segment holds (all of them
+//             must have copied it), copy the chunk in, then publish its sequence number;
+//   consumer: wait until the segment publishes the sequence it expects, copy out, release.
+//
+// The header's counters are lock-free atomics in the shared mapping; waits poll with a short
+// backoff and end with a TimeoutError, so a dead peer never hangs either side.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transport/shm_segment.hpp"
+
+namespace hotswap::transport {
+
+class ShmRing {
+ public:
+  static constexpr std::size_t kHeaderBytes = 64;
+
+  // Producer side: creates the segments (their names are what the consumers open).
+  static ShmRing create(const std::vector<std::string>& names, std::size_t buffer_bytes,
+                        int consumers);
+  // Consumer side: opens segments a producer created.
+  static ShmRing open(const std::vector<std::string>& names);
+
+  std::size_t buffer_bytes() const { return buffer_bytes_; }
+  std::size_t slots() const { return segments_.size(); }
+  std::vector<std::string> names() const;
+
+  // Producer: the data area for chunk `sequence`, once every consumer released the chunk that
+  // used the slot before (TimeoutError after `timeout`).
+  std::uint8_t* acquire_for_write(std::uint64_t sequence, std::chrono::milliseconds timeout);
+  void publish(std::uint64_t sequence);
+  // Producer: waits until every published chunk has been released by every consumer.
+  void drain(std::chrono::milliseconds timeout);
+
+  // Consumer: the data area once chunk `sequence` is published (TimeoutError after `timeout`).
+  const std::uint8_t* acquire_for_read(std::uint64_t sequence, std::chrono::milliseconds timeout);
+  void release(std::uint64_t sequence);
+
+ private:
+  struct Header {
+    std::atomic<std::uint64_t> published;  // sequence number of the chunk in the data area
+    std::atomic<std::uint64_t> released;   // consumers done with it
+    std::atomic<std::uint64_t> consumers;  // how many must release each chunk
+  };
+  Header& header(std::size_t slot) const;
+  std::uint8_t* data(std::size_t slot) const { return segments_[slot].data() + kHeaderBytes; }
+
+  std::vector<ShmSegment> segments_;
+  std::size_t buffer_bytes_ = 0;
+};
+
+}  // namespace hotswap::transport
