@@ -122,9 +122,10 @@ int main(int argc, char** argv) {
       trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), 0);
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else if (backend == "shm") {
-      throw protocol::ValueError(
-          "the shm backend is not available in this build yet; use gloo, "
-          "sparse_gloo or disk");
+      trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), 0);
+      info.packed_buffer_size_bytes = buffer_size;
+      info.timeout = timeout;
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else {
       throw protocol::ValueError("unknown --backend '" + backend +
                                  "' (gloo, shm, sparse_gloo or disk)");
