@@ -30,7 +30,7 @@ echo "$out" | grep -q 'round 1/1: gloo .*verified'
 
 start h0 shm; h0=$endpoint
 start h1 shm; h1=$endpoint
-"$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 65536 | grep -q 'round 3/3: shm .*verified'
+"$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 262144 | grep -q 'round 3/3: shm .*verified'
 
 start d disk; d=$endpoint
 "$trainer" --workers "$d" --backend disk --source "$dir/m" --rounds 2 --verify --disk-dir "$dir/shared" | grep -q 'round 2/2: disk .*verified'
