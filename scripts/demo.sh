@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# hotswap's main job on embedded defaults: make a small model, start a worker, generate, push
-# a new checkpoint into the running worker through vLLM's four-call contract (disk backend),
-# generate again, and verify bit for bit that the worker serves the new checkpoint.
+# hotswap's main job on embedded defaults: a small model served by two workers; a trainer pushes
+# verified rounds into them over shm and gloo, and a sparse round over sparse_gloo, while they
+# serve; generation before and after shows the new weights at work. Ends with a summary table.
 # Installs what is missing and builds first. Usage: scripts/demo.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,86 +9,60 @@ build=${HOTSWAP_BUILD_DIR:-$root/build}
 
 "$root/scripts/install-deps.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
-cmake --build "$build" -j "${HOTSWAP_JOBS:-2}" --target hotswap-worker hotswap-make-model
+cmake --build "$build" -j "${HOTSWAP_JOBS:-2}" \
+  --target hotswap-worker hotswap-launch hotswap-make-model hotswap-trainer
 
 work=$(mktemp -d)
-worker_pid=""
-cleanup() {
-  if [ -n "$worker_pid" ]; then kill "$worker_pid" 2>/dev/null || true; wait "$worker_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
+launcher=""
+stop_launcher() {
+  if [ -n "$launcher" ]; then kill "$launcher" 2>/dev/null || true; wait "$launcher" 2>/dev/null || true; fi
+  launcher=""
 }
-trap cleanup EXIT
+trap 'stop_launcher; rm -rf "$work"' EXIT
 
-echo "== 1. two checkpoints of one small Qwen3 model (the serving one, and the trainer's next step)"
-for seed in 1 2; do
-  "$build/model_loader/hotswap-make-model" --arch qwen3 --layers 4 --hidden-size 256 \
-    --intermediate-size 768 --heads 8 --kv-heads 4 --head-dim 64 --vocab 1024 \
-    --dtype bfloat16 --seed "$seed" --out "$work/step$seed"
-done
+echo "== a small Qwen3 model (4 layers, bfloat16) as the trainer's starting point"
+"$build/model_loader/hotswap-make-model" --arch qwen3 --layers 4 --hidden-size 256 \
+  --intermediate-size 768 --heads 8 --kv-heads 4 --head-dim 64 --vocab 1024 \
+  --dtype bfloat16 --seed 1 --out "$work/model"
 
-echo "== 2. a hotswap-worker serving step 1, disk backend"
-"$build/worker/hotswap-worker" --model "$work/step1" --control "tcp://127.0.0.1:*" \
-  --weight-transfer-config '{"backend": "disk"}' >"$work/worker.log" 2>&1 &
-worker_pid=$!
-for _ in $(seq 1 300); do
-  grep -q "hotswap-worker ready" "$work/worker.log" && break
-  kill -0 "$worker_pid" 2>/dev/null || { cat "$work/worker.log"; exit 1; }
-  sleep 0.1
-done
-grep "hotswap-worker ready" "$work/worker.log"
-endpoint=$(sed -n 's/^hotswap-worker ready: control \([^;]*\);.*/\1/p' "$work/worker.log")
-
-echo "== 3. generate, push step 2 while the worker runs, generate again, verify"
-/usr/bin/python3 - "$endpoint" "$work/step2" <<'PY'
-import hashlib, json, struct, sys, time
-import zmq
-
-endpoint, new_checkpoint = sys.argv[1], sys.argv[2]
-sock = zmq.Context().socket(zmq.REQ)
-sock.RCVTIMEO = 60000
-sock.connect(endpoint)
-ids = iter(range(1, 1000))
-
-def call(method, **params):
-    sock.send_string(json.dumps({"jsonrpc": "2.0", "id": next(ids), "method": method, "params": params}))
-    reply = json.loads(sock.recv_string())
-    if "error" in reply:
-        raise RuntimeError(f"{method}: {reply['error']['message']}")
-    return reply["result"]
-
-def safetensors_digests(path):
-    """SHA-256 of every tensor's bytes, read straight from the file (no torch needed)."""
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    start = 8 + n
-    return {name: hashlib.sha256(data[start + info["data_offsets"][0]:start + info["data_offsets"][1]]).hexdigest()
-            for name, info in header.items() if name != "__metadata__"}
-
-prompt = {"prompt_token_ids": [1, 20, 300, 4], "max_tokens": 12, "temperature": 0, "logprobs": True}
-before = call("generate", **prompt)
-print(f"   before: tokens {before['token_ids']}  versions {before['weight_versions']}")
-
-t0 = time.perf_counter()
-call("init_weight_transfer_engine", init_info={})
-call("start_weight_update")
-call("update_weights", update_info={"path": new_checkpoint})
-call("finish_weight_update", weight_version="step-2")
-seconds = time.perf_counter() - t0
-print(f"   pushed step 2 through init/start/update/finish in {seconds * 1000:.1f} ms; "
-      f"weight_info: {call('weight_info')}")
-
-after = call("generate", **prompt)
-print(f"   after:  tokens {after['token_ids']}  versions {after['weight_versions']}")
-
-served = call("weight_checker", action="checksum", format="checkpoint")["checksums"]
-expected = safetensors_digests(f"{new_checkpoint}/model.safetensors")
-mismatched = sorted(k for k in expected if served.get(k) != expected[k])
-print(f"   verified: {len(expected) - len(mismatched)}/{len(expected)} tensors match the step-2 "
-      f"checkpoint bit for bit")
-assert before["token_ids"] != after["token_ids"], "the new weights should change the tokens"
-assert not mismatched, f"mismatched tensors: {mismatched}"
-call("shutdown")
+generate() {  # generate ENDPOINT: greedy tokens and the weight versions that made them
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys, zmq
+s = zmq.Context().socket(zmq.REQ); s.RCVTIMEO = 60000; s.connect(sys.argv[1])
+s.send_string(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "generate", "params": {
+    "prompt_token_ids": [1, 20, 300, 4], "max_tokens": 10, "temperature": 0}}))
+r = json.loads(s.recv_string())["result"]
+print(f"   {sys.argv[1]}: tokens {r['token_ids']} versions {r['weight_versions']}")
 PY
-wait "$worker_pid" && worker_pid=""
-echo "== done: the worker took new weights while serving, and they verify."
+}
+
+for spec in "shm 3" "gloo 3" "sparse_gloo 1"; do
+  read -r backend rounds <<<"$spec"
+  echo "== $backend: two workers, $rounds verified round(s)"
+  base=$((20000 + RANDOM % 30000))
+  "$build/worker/hotswap-launch" --replicas 2 --base-port "$base" -- \
+    --model "$work/model" --weight-transfer-config "{\"backend\": \"$backend\"}" \
+    >"$work/launch-$backend.json" 2>"$work/launch-$backend.log" &
+  launcher=$!
+  for _ in $(seq 1 300); do [ -s "$work/launch-$backend.json" ] && break; sleep 0.1; done
+  endpoints=$(/usr/bin/python3 -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))["endpoints"]))' "$work/launch-$backend.json")
+  generate "${endpoints%%,*}"
+  "$build/trainer_sdk/hotswap-trainer" --workers "$endpoints" --backend "$backend" \
+    --source "$work/model" --rounds "$rounds" --verify --buffer-size $((4 << 20)) --seed 7 \
+    | tee "$work/rounds-$backend.log" | grep -v '^{'
+  generate "${endpoints%%,*}"
+  stop_launcher
+done
+
+echo "== summary"
+/usr/bin/python3 - "$work" <<'PY'
+import glob, json, sys
+rows = [json.loads(l) for f in sorted(glob.glob(f"{sys.argv[1]}/rounds-*.log"))
+        for l in open(f) if l.startswith("{")]
+print(f"   {'backend':<12} {'round':>5} {'bytes':>12} {'seconds':>9} {'GB/s':>8}  verified")
+for r in rows:
+    print(f"   {r['backend']:<12} {r['round']:>5} {r['bytes']:>12} {r['seconds']:>9.4f} "
+          f"{r['gbps']:>8.3f}  {'yes' if r['verified'] else 'no'}")
+assert rows and all(r["verified"] for r in rows)
+PY
+echo "== done: every round landed in both workers while they served, and verified bit for bit."
