@@ -1,9 +1,11 @@
 #include "model_loader/layerwise_reload.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "model_loader/int8_quantization.hpp"
 #include "protocol/errors.hpp"
@@ -66,10 +68,9 @@ void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tenso
     }
     rows_of(staging_[p]).copy_(tensor);
   } else if (mode_ == UpdateMode::kStaged) {
-    if (!shadow_[p]) {
-      std::shared_lock lock(store_.mutex());
-      shadow_[p] = RuntimeTensor{store_[p].value.clone(), {}};
-    }
+    // Uninitialized: rows this round does not deliver are filled from the live tensor at
+    // commit, so a full update copies each byte once instead of cloning the model first.
+    if (!shadow_[p]) shadow_[p] = RuntimeTensor{store_.take_spare(p), {}};
     rows_of(shadow_[p]->value).copy_(tensor);
   } else {
     std::unique_lock lock(store_.mutex());
@@ -143,10 +144,25 @@ void LayerwiseReload::finish(bool require_complete) {
                   list);
   }
   if (mode_ == UpdateMode::kStaged) {
+    // Rows of an unquantized parameter that this round left alone keep their old values.
+    const auto& mapping = store_.mapping();
+    for (std::size_t p = 0; p < shadow_.size(); ++p) {
+      if (!shadow_[p] || store_.quantized(p)) continue;
+      for (std::size_t s : mapping.slots_of_param(p)) {
+        if (received_[s]) continue;
+        const auto& slot = mapping.slots()[s];
+        std::shared_lock lock(store_.mutex());
+        shadow_[p]
+            ->value.narrow(0, slot.row_offset, slot.shape[0])
+            .copy_(store_[p].value.narrow(0, slot.row_offset, slot.shape[0]));
+      }
+    }
     std::unique_lock lock(store_.mutex());
     for (std::size_t p = 0; p < shadow_.size(); ++p) {
       if (!shadow_[p]) continue;
-      store_[p].value = std::move(shadow_[p]->value);
+      // The replaced tensor becomes the next round's shadow: no fresh pages every round.
+      at::Tensor old = std::exchange(store_[p].value, std::move(shadow_[p]->value));
+      if (!store_.quantized(p)) store_.set_spare(p, std::move(old));
       if (shadow_[p]->scale.defined()) store_[p].scale = std::move(shadow_[p]->scale);
     }
   }

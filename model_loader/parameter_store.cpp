@@ -1,6 +1,9 @@
 #include "model_loader/parameter_store.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include <utility>
 
 namespace hotswap::model_loader {
 
@@ -18,6 +21,22 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
       tensors_[i].value = at::empty(params[i].shape, options.dtype(dtype_));
     }
   }
+}
+
+at::Tensor ParameterStore::take_spare(std::size_t param) {
+  {
+    std::lock_guard lock(spares_mutex_);
+    if (spares_.size() > param && spares_[param].defined())
+      return std::exchange(spares_[param], {});
+  }
+  std::shared_lock lock(mutex_);
+  return at::empty_like(tensors_[param].value);
+}
+
+void ParameterStore::set_spare(std::size_t param, at::Tensor tensor) {
+  std::lock_guard lock(spares_mutex_);
+  if (spares_.size() <= param) spares_.resize(tensors_.size());
+  spares_[param] = std::move(tensor);
 }
 
 bool ParameterStore::quantized(std::size_t param) const {

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <mutex>
 #include <shared_mutex>
 #include <vector>
 
@@ -36,6 +37,12 @@ class ParameterStore {
   RuntimeTensor& operator[](std::size_t param) { return tensors_[param]; }
   const RuntimeTensor& operator[](std::size_t param) const { return tensors_[param]; }
   std::shared_mutex& mutex() const { return mutex_; }
+
+  // Staged updates recycle the tensors a commit replaced as the next round's shadows, so a
+  // steady stream of updates touches no fresh memory. take_spare() hands out the recycled
+  // tensor of `param` or a new uninitialized one of its shape.
+  at::Tensor take_spare(std::size_t param);
+  void set_spare(std::size_t param, at::Tensor tensor);
   // Bytes held by the live runtime tensors.
   std::uint64_t nbytes() const;
 
@@ -45,6 +52,8 @@ class ParameterStore {
   c10::Device device_;
   bool quantize_int8_;
   std::vector<RuntimeTensor> tensors_;
+  std::vector<at::Tensor> spares_;
+  std::mutex spares_mutex_;
   mutable std::shared_mutex mutex_;
 };
 

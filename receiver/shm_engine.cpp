@@ -1,6 +1,7 @@
 #include "receiver/shm_engine.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 
 #include <cstring>
 
@@ -35,14 +36,19 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
       std::vector<model_loader::NamedTensor> weights;
       for (const auto& slice : plan[c].slices) {
         const auto& p = update_info.params[slice.param_index];
-        at::Tensor t =
-            at::empty(p.shape, at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)));
-        // One copy out of the shared buffer, which the trainer refills as soon as it is released.
-        if (slice.size > 0) std::memcpy(t.data_ptr(), chunk + slice.offset, slice.size);
+        auto options = at::TensorOptions().dtype(transport::to_scalar_type(p.dtype));
+        at::Tensor t;
+        if (slice.offset % protocol::item_size(p.dtype) == 0 && slice.size > 0) {
+          // A view of the shared buffer: the model copies it once, where it belongs.
+          t = at::from_blob(const_cast<std::uint8_t*>(chunk) + slice.offset, p.shape, options);
+        } else {
+          t = at::empty(p.shape, options);  // misaligned for its dtype: copy out first
+          if (slice.size > 0) std::memcpy(t.data_ptr(), chunk + slice.offset, slice.size);
+        }
         weights.emplace_back(p.name, t.to(device()));
       }
+      model().load_weights(weights);  // copies: only then may the trainer refill the buffer
       ring_->release(sequence);
-      model().load_weights(weights);
       add_bytes_received(plan[c].size_bytes);
     }
   } catch (const protocol::TimeoutError&) {

@@ -1,0 +1,188 @@
+// hotswap-bench: a full sync, end to end (the trainer's send_weights start → the worker's
+// commit), per backend, for synthetic bf16 Llama models of about 0.5 and 2 GB (8 GB with
+// --large, where memory allows), next to the machine's own limits measured in the same run:
+// single-thread memcpy of the same bytes, and a raw gloo broadcast of the same bytes over
+// loopback. Also the worker's peak RSS during a staged update, against model + shadow + buffers.
+// The sync figure is a second round: the steady state of a training run.
+// Prints a table and one JSON line per measurement.
+#include <unistd.h>
+
+#include <ATen/ops/empty.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "model_loader/checkpoint.hpp"
+#include "model_loader/synthetic_checkpoint.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/shm_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "worker/child_process.hpp"
+
+using namespace hotswap;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void report(const std::string& what, double value, const std::string& unit, json extra = {}) {
+  std::printf("%-52s %10.3f %s\n", what.c_str(), value, unit.c_str());
+  json line = {{"bench", "sync"}, {"measure", what}, {"value", value}, {"unit", unit}};
+  if (extra.is_object()) line.update(extra);
+  std::cout << line.dump() << std::endl;
+}
+
+// Peak resident set (VmHWM) of a process, in bytes.
+std::uint64_t peak_rss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+model_loader::ModelConfig llama_of_size(double gigabytes) {
+  // 2048 wide, vocab 32000; layers chosen for the size (each ~0.2 GB in bf16).
+  model_loader::ModelConfig c;
+  c.hidden_size = 2048;
+  c.intermediate_size = 5632;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 4;
+  c.head_dim = 128;
+  c.vocab_size = 32000;
+  c.torch_dtype = protocol::DType::kBFloat16;
+  double embed = 2.0 * 2 * 32000 * 2048 / 1e9,
+         layer = 2.0 * (2048.0 * 3072 + 2048.0 * 2048 + 3.0 * 2048 * 5632) / 1e9;
+  c.num_hidden_layers =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>((gigabytes - embed) / layer));
+  return model_loader::ModelConfig::from_json(c.to_json());
+}
+
+// One memcpy of `bytes` (single thread), the limit shm is held against.
+double memcpy_seconds(std::size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes);
+  std::memcpy(b.data(), a.data(), bytes);  // fault the pages in first
+  auto t = Clock::now();
+  std::memcpy(b.data(), a.data(), bytes);
+  return since(t);
+}
+
+// A raw gloo broadcast of `bytes` between two ranks in this process, the limit gloo is held
+// against.
+double raw_gloo_seconds(std::size_t bytes) {
+  int port = transport::pick_free_port();
+  at::Tensor root =
+      at::empty({static_cast<std::int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte)).fill_(1);
+  at::Tensor peer =
+      at::empty({static_cast<std::int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
+  double seconds = 0;
+  std::thread other([&] {
+    transport::GlooCommunicator c({"127.0.0.1", port, 1, 2, std::chrono::seconds(120)});
+    c.broadcast(peer, 0, std::chrono::seconds(120));
+  });
+  transport::GlooCommunicator c({"127.0.0.1", port, 0, 2, std::chrono::seconds(120)});
+  auto t = Clock::now();
+  c.broadcast(root, 0, std::chrono::seconds(120));
+  other.join();
+  seconds = since(t);
+  return seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool large = argc > 1 && std::string(argv[1]) == "--large";
+  std::string worker_binary =
+      (fs::canonical("/proc/self/exe").parent_path().parent_path() / "worker/hotswap-worker")
+          .string();
+  fs::path work = fs::temp_directory_path() / ("hotswap-sync-bench-" + std::to_string(::getpid()));
+  std::vector<double> sizes = {0.5, 2.0};
+  if (large) sizes.push_back(8.0);
+
+  for (double gb : sizes) {
+    auto config = llama_of_size(gb);
+    model_loader::SyntheticCheckpointOptions options;
+    options.seed = 1;
+    std::uint64_t bytes = model_loader::write_synthetic_checkpoint(work / "model", config, options);
+    std::string label = std::to_string(bytes / 1000000) + " MB";
+    report("model " + label + ": one memcpy of the model (limit)",
+           bytes / memcpy_seconds(bytes) / 1e9, "GB/s", {{"bytes", bytes}});
+    double raw_gloo = bytes / raw_gloo_seconds(bytes) / 1e9;
+    report("model " + label + ": raw gloo broadcast, loopback (limit)", raw_gloo, "GB/s",
+           {{"bytes", bytes}});
+
+    // The trainer's source: the checkpoint, one step along.
+    auto checkpoint = model_loader::Checkpoint::open(work / "model");
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& name : checkpoint.names())
+      tensors.emplace_back(name, checkpoint.tensor(name).clone().add_(1));
+    auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+    double memcpy_gbps = bytes / memcpy_seconds(bytes) / 1e9;
+
+    for (const std::string backend : {"shm", "gloo"}) {
+      worker::ChildProcess worker(
+          worker_binary,
+          {"--model", (work / "model").string(), "--control", "tcp://127.0.0.1:*",
+           "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}", "--timeout", "600"});
+      while (worker.output().find("hotswap-worker ready") == std::string::npos) {
+        if (!worker.read_output(std::chrono::seconds(120)))
+          throw std::runtime_error(worker.output());
+      }
+      auto pos = worker.output().find("control ") + 8;
+      std::string endpoint = worker.output().substr(pos, worker.output().find(';', pos) - pos);
+      auto client =
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600));
+      std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
+      std::uint64_t buffers = 0;
+      if (backend == "shm") {
+        trainer_sdk::ShmTrainerInitInfo info(1, 0);
+        info.packed_buffer_size_bytes = 256ll << 20;
+        info.timeout = std::chrono::seconds(600);
+        buffers = 2 * info.packed_buffer_size_bytes;
+        engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+      } else {
+        trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+        info.packed_buffer_size_bytes = 256ll << 20;
+        info.timeout = std::chrono::seconds(600);
+        buffers = 2 * info.packed_buffer_size_bytes;
+        engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+      }
+      // The first round faults in the shadow and buffer pages; the steady state is the second.
+      engine->send_weights();
+      auto t = Clock::now();
+      engine->send_weights();
+      double gbps = bytes / since(t) / 1e9;
+      json extra = {{"bytes", bytes}, {"backend", backend}};
+      if (backend == "shm") {
+        extra["ratio_of_memcpy_time"] = memcpy_gbps / gbps;  // target ≤ 1.25
+      } else {
+        extra["ratio_to_raw_gloo"] = gbps / raw_gloo;  // target ≥ 0.9
+      }
+      report("model " + label + ": full sync over " + backend, gbps, "GB/s", extra);
+      std::uint64_t rss = peak_rss(worker.pid());
+      std::uint64_t budget = static_cast<std::uint64_t>(1.1 * (2.0 * bytes + buffers));
+      report("model " + label + ": worker peak RSS, staged, " + backend, rss / 1e9, "GB",
+             {{"budget_gb", budget / 1e9}, {"within_budget", rss <= budget}});
+      engine->shutdown();
+      worker.stop();
+    }
+    fs::remove_all(work / "model");
+  }
+  fs::remove_all(work);
+  return 0;
+}
