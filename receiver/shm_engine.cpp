@@ -22,6 +22,13 @@ void ShmWeightTransferEngine::init_transfer_channel(const protocol::ShmInitInfo&
   names_ = info.segment_names;
 }
 
+void ShmWeightTransferEngine::shutdown() {
+  for (const auto& name : names_)
+    transport::ShmSegment::unlink(name);
+  names_.clear();
+  ring_.reset();
+}
+
 void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& update_info) {
   if (!ring_) {
     throw protocol::RuntimeError(

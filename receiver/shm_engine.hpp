@@ -24,7 +24,9 @@ class ShmWeightTransferEngine final
   std::string_view name() const override { return "ShmWeightTransferEngine"; }
   void start_weight_update() override { model().start_reload(); }
   void finish_weight_update() override { model().finish_reload(); }
-  void shutdown() override { ring_.reset(); }
+  // Unlinks the segments too: the trainer and other workers keep their mappings, and nothing
+  // is left in /dev/shm if the trainer died between rounds.
+  void shutdown() override;
 
  protected:
   void init_transfer_channel(const protocol::ShmInitInfo& init_info) override;

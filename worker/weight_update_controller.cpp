@@ -26,7 +26,11 @@ receiver::WeightTransferEngine& WeightUpdateController::engine() const {
 }
 
 void WeightUpdateController::init_weight_transfer_engine(const nlohmann::json& init_info) {
-  engine().init_transfer_engine(init_info);
+  auto& e = engine();
+  // A new handshake supersedes a session its trainer never finished (it died before finish):
+  // drop what that session staged, so the new trainer's start is clean.
+  if (session_active()) end_session();
+  e.init_transfer_engine(init_info);
 }
 
 void WeightUpdateController::start_weight_update() {

@@ -1,10 +1,10 @@
 // WeightUpdateController: the worker's side of the four-call contract around one receive
-// engine, with vLLM's session rules and messages: nested start, update or finish without start
-// are RuntimeErrors; an error in update_weights ends the session (the engine drops what it
-// staged, the draft target is reset) so the next start is clean; `update_info` may be one
-// object or a per-rank list, of which this worker takes element
-// data_parallel_rank × world_size + rank; weight_version changes at commit, or alone through
-// update_weight_version.
+// engine, with vLLM's session rules and messages (and one of hotswap's: a new
+// init_weight_transfer_engine ends a session whose trainer never finished it): nested start, update
+// or finish without start are RuntimeErrors; an error in update_weights ends the session (the
+// engine drops what it staged, the draft target is reset) so the next start is clean; `update_info`
+// may be one object or a per-rank list, of which this worker takes element data_parallel_rank ×
+// world_size + rank; weight_version changes at commit, or alone through update_weight_version.
 #pragma once
 
 #include <memory>

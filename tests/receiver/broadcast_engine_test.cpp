@@ -148,6 +148,38 @@ BOOST_AUTO_TEST_CASE(iteration_that_disagrees_with_metadata_is_refused_by_name) 
   engine->shutdown();
 }
 
+BOOST_AUTO_TEST_CASE(a_non_sender_rank_iterates_its_source_and_never_touches_the_client) {
+  // Rank 1 of a two-rank trainer (the sender is rank 0): it joins the trainer-side collectives
+  // by iterating, but opens no endpoint and makes no call.
+  class NoCalls final : public trainer_sdk::WeightSyncClient {
+   public:
+    void init_weight_transfer_engine(const json&) override { ++calls; }
+    void start_weight_update() override { ++calls; }
+    void update_weights(const json&) override { ++calls; }
+    void finish_weight_update(const std::optional<std::string>&) override { ++calls; }
+    int calls = 0;
+  };
+  class Counting final : public trainer_sdk::WeightSource {
+   public:
+    std::vector<protocol::ParamMeta> metadata() override { return inner.metadata(); }
+    std::unique_ptr<trainer_sdk::WeightStream> iter() override {
+      ++passes;
+      return inner.iter();
+    }
+    trainer_sdk::TensorListSource inner{mixed_tensors()};
+    int passes = 0;
+  };
+  auto client = std::make_shared<NoCalls>();
+  auto source = std::make_shared<Counting>();
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, /*rank=*/1);
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+  BOOST_TEST(!engine->is_sender());
+  engine->send_weights();
+  engine->send_weights();
+  BOOST_TEST(client->calls == 0);
+  BOOST_TEST(source->passes == 2);
+}
+
 BOOST_AUTO_TEST_CASE(receive_before_init_is_vllms_runtime_error) {
   auto engine = receiver::WeightTransferEngineFactory::create_engine(receiver::EngineContext{
       {"gloo"}, {}, c10::Device(c10::kCPU), std::make_shared<testing::RecordingModel>(), 3s});

@@ -32,13 +32,16 @@ start h0 shm; h0=$endpoint
 start h1 shm; h1=$endpoint
 "$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 262144 | grep -q 'round 3/3: shm .*verified'
 
-start d disk; d=$endpoint
-"$trainer" --workers "$d" --backend disk --source "$dir/m" --rounds 2 --verify --disk-dir "$dir/shared" | grep -q 'round 2/2: disk .*verified'
+start d0 disk; d0=$endpoint
+start d1 disk; d1=$endpoint
+"$trainer" --workers "$d0,$d1" --backend disk --source "$dir/m" --rounds 2 --verify --disk-dir "$dir/shared" | grep -q 'round 2/2: disk .*verified'
 [ -z "$(ls -A "$dir/shared" | grep -v "round-.*-2$" || true)" ]  # only the last round remains
+d=$d0
 
-start s sparse_gloo; s=$endpoint
-"$trainer" --workers "$s" --backend sparse_gloo --source "$dir/m" --rounds 3 --verify | grep -q 'round 3/3: sparse_gloo .*verified'
+start s0 sparse_gloo --data-parallel-rank 0 --data-parallel-size 2; s0=$endpoint
+start s1 sparse_gloo --data-parallel-rank 1 --data-parallel-size 2; s1=$endpoint
+"$trainer" --workers "$s0,$s1" --backend sparse_gloo --source "$dir/m" --rounds 3 --verify | grep -q 'round 3/3: sparse_gloo .*verified'
 
 if "$trainer" --workers "$d" --backend carrier_pigeon --source "$dir/m" 2>"$dir/err"; then exit 1; fi
 grep -q "unknown --backend 'carrier_pigeon'" "$dir/err"
-echo "hotswap-trainer: gloo and shm (two workers each), disk and sparse_gloo rounds verified"
+echo "hotswap-trainer: gloo, shm, disk and sparse_gloo rounds into two workers each, verified"

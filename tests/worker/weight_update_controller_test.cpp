@@ -67,6 +67,19 @@ BOOST_FIXTURE_TEST_CASE(an_update_error_ends_the_session_and_keeps_the_weights, 
   BOOST_TEST(!controller.weight_version().has_value());
 }
 
+BOOST_FIXTURE_TEST_CASE(a_new_handshake_ends_a_session_its_trainer_never_finished, Fixture) {
+  auto before = model->runtime_checksums("");
+  controller.start_weight_update();
+  controller.update_weights(path_of(new_ckpt));            // ... and the trainer dies before finish
+  BOOST_TEST((model->runtime_checksums("") == before));    // staged: nothing committed
+  controller.init_weight_transfer_engine(json::object());  // a new trainer
+  BOOST_TEST(!controller.session_active());
+  controller.start_weight_update();
+  controller.update_weights(path_of(new_ckpt));
+  controller.finish_weight_update("fresh");
+  BOOST_TEST(*controller.weight_version() == "fresh");
+}
+
 BOOST_FIXTURE_TEST_CASE(a_per_rank_list_gives_each_worker_its_element, Fixture) {
   receiver::ParallelConfig rank2;
   rank2.data_parallel_rank = 2;
