@@ -1,5 +1,6 @@
 #include "worker/event_fd.hpp"
 
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,6 +10,23 @@
 #include "transport/posix_check.hpp"
 
 namespace hotswap::worker {
+
+namespace {
+EventFd* g_stop = nullptr;
+extern "C" void on_stop_signal(int) {
+  if (g_stop != nullptr) g_stop->notify();  // async-signal-safe: one write(2)
+}
+}  // namespace
+
+void notify_on_stop_signals(EventFd& stop) {
+  g_stop = &stop;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
 
 EventFd::EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   HOTSWAP_POSIX_CHECK(fd_, "eventfd");

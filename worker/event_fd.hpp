@@ -20,4 +20,8 @@ class EventFd {
   int fd_;
 };
 
+// Routes SIGINT and SIGTERM to `stop` (and ignores SIGPIPE) for the life of the process: the
+// programs' main loops poll its descriptor.
+void notify_on_stop_signals(EventFd& stop);
+
 }  // namespace hotswap::worker

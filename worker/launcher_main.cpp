@@ -22,11 +22,6 @@ using namespace hotswap;
 
 namespace {
 
-worker::EventFd* g_stop = nullptr;
-extern "C" void on_signal(int) {
-  if (g_stop != nullptr) g_stop->notify();
-}
-
 // hotswap-worker beside this binary, else on PATH.
 std::string worker_binary(const char* argv0) {
   std::error_code ec;
@@ -81,12 +76,7 @@ int main(int argc, char** argv) {
   }
 
   worker::EventFd stop;
-  g_stop = &stop;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  worker::notify_on_stop_signals(stop);
 
   const std::string binary = worker_binary(argv[0]);
   std::vector<std::unique_ptr<worker::ChildProcess>> children;

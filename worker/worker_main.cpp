@@ -1,6 +1,5 @@
 // hotswap-worker: one process per device. Loads a model, serves generation, and takes new
 // weights through vLLM's weight-transfer contract over ZeroMQ JSON-RPC (and HTTP).
-#include <csignal>
 #include <iostream>
 #include <memory>
 
@@ -12,23 +11,10 @@
 
 using namespace hotswap;
 
-namespace {
-worker::EventFd* g_stop = nullptr;
-extern "C" void on_signal(int) {
-  if (g_stop != nullptr) g_stop->notify();
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   auto options = worker::WorkerOptions::parse(argc, argv);
   worker::EventFd stop;
-  g_stop = &stop;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  worker::notify_on_stop_signals(stop);
 
   int status = 0;
   try {
@@ -48,6 +34,5 @@ int main(int argc, char** argv) {
     std::cerr << "hotswap-worker: " << e.what() << std::endl;
     status = 1;
   }
-  g_stop = nullptr;
   return status;
 }

@@ -8,6 +8,7 @@
 
 #include <future>
 
+#include "e2e/e2e_support.hpp"
 #include "model_loader/model_test_support.hpp"
 #include "protocol/errors.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
@@ -125,34 +126,15 @@ BOOST_FIXTURE_TEST_CASE(a_failed_transfer_keeps_old_weights_and_a_new_init_works
   auto before = client->call("weight_checker", {{"action", "checksum"}});
   {
     // The trainer dies mid-transfer: its half of the group goes away after one broadcast.
-    class Truncated final : public trainer_sdk::WeightSource {
-     public:
-      explicit Truncated(std::shared_ptr<trainer_sdk::TensorListSource> full)
-          : full_(std::move(full)) {}
-      std::vector<protocol::ParamMeta> metadata() override { return full_->metadata(); }
-      std::unique_ptr<trainer_sdk::WeightStream> iter() override {
-        auto items = full_->metadata();
-        std::vector<std::pair<std::string, at::Tensor>> first;
-        auto stream = full_->iter();
-        first.emplace_back(items[0].name, stream->next()->tensor);
-        return trainer_sdk::TensorListSource(first).iter();
-      }
-      std::shared_ptr<trainer_sdk::TensorListSource> full_;
-    };
     trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
     info.packed = false;
     info.timeout = 10s;
     auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
-        info, client, std::make_shared<Truncated>(source()));
+        info, client, std::make_shared<testing::TruncatedSource>(source(), 1));
     BOOST_CHECK_THROW(engine->send_weights(), protocol::ValueError);  // "yielded 1 parameters"
   }
   // The worker's update fails within its --timeout (3 s); the session ends; old weights serve.
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (client->call("health")["weight_update_active"] == true &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(100ms);
-  }
-  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+  BOOST_TEST(testing::wait_for_session_end(*client, 20s));
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
   BOOST_TEST(
       client->call("generate", {{"prompt_token_ids", {1, 2}}, {"max_tokens", 2}})["token_ids"]

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "e2e/e2e_support.hpp"
 #include "model_loader/model_test_support.hpp"
 #include "protocol/errors.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
@@ -87,38 +88,17 @@ BOOST_FIXTURE_TEST_CASE(a_trainer_that_stops_mid_round_leaves_old_weights_and_no
   auto w = worker("2");
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
   auto before = client->call("weight_checker", {{"action", "checksum"}});
-  class Truncated final : public trainer_sdk::WeightSource {
-   public:
-    explicit Truncated(std::shared_ptr<trainer_sdk::TensorListSource> full)
-        : full_(std::move(full)) {}
-    std::vector<protocol::ParamMeta> metadata() override { return full_->metadata(); }
-    std::unique_ptr<trainer_sdk::WeightStream> iter() override {
-      std::vector<std::pair<std::string, at::Tensor>> some;
-      auto stream = full_->iter();
-      for (int i = 0; i < 3; ++i) {
-        auto item = stream->next();
-        some.emplace_back(item->name, item->tensor);
-      }
-      return trainer_sdk::TensorListSource(some).iter();
-    }
-    std::shared_ptr<trainer_sdk::TensorListSource> full_;
-  };
   {
     trainer_sdk::ShmTrainerInitInfo info(1, 0);
     info.packed_buffer_size_bytes = 8192;
     info.timeout = 10s;
     auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
-        info, client, std::make_shared<Truncated>(source()));
+        info, client, std::make_shared<testing::TruncatedSource>(source(), 3));
     BOOST_CHECK_THROW(engine->send_weights(), protocol::ValueError);  // the source ran dry
   }
   BOOST_TEST(leftover_segments().empty());
   // The worker's wait ends within its --timeout (2 s); the session ends; old weights serve.
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (client->call("health")["weight_update_active"] == true &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(100ms);
-  }
-  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+  BOOST_TEST(testing::wait_for_session_end(*client, 20s));
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
   // A new handshake works.
   trainer_sdk::ShmTrainerInitInfo info(1, 0);
