@@ -369,13 +369,13 @@ BOOST_FIXTURE_TEST_CASE(pause_modes_and_weight_version_spans, Fixture) {
   // keep: frozen in flight, then continued on the new weights after resume. (The request is
   // far longer than the test; an abort ends it once both versions have produced tokens.)
   auto kept = std::async(std::launch::async, [&] { return b.call("generate", greedy(1000000)); });
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(300ms);
   a.call("pause", {{"mode", "keep"}});
   a.call("start_weight_update");
   a.call("update_weights", {{"update_info", path_of(new_ckpt)}});
   a.call("finish_weight_update", {{"weight_version", "v2"}});
   a.call("resume");
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(300ms);
   // abort: the request in flight ends with finish_reason "abort".
   a.call("pause", {{"mode", "abort"}});
   json result = kept.get();
