@@ -147,4 +147,25 @@ BOOST_FIXTURE_TEST_CASE(a_failed_transfer_keeps_old_weights_and_a_new_init_works
   verify(*client);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_trainer_gone_during_init_fails_the_handshake_within_the_timeout,
+                        Fixture) {
+  // The trainer died before hosting its store: nobody listens at master_address:master_port.
+  auto w = worker(0, 1, "2");
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  auto start = std::chrono::steady_clock::now();
+  BOOST_CHECK_THROW(
+      client->init_weight_transfer_engine({{"master_address", "127.0.0.1"},
+                                           {"master_port", transport::pick_free_port()},
+                                           {"rank_offset", 1},
+                                           {"world_size", 2}}),
+      protocol::Error);
+  BOOST_TEST((std::chrono::steady_clock::now() - start < 20s));
+  BOOST_TEST(client->call("health")["status"] == "ok");
+  // A live trainer's handshake then works.
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+  info.timeout = 20s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+  engine->push({"after-init-failure", true});
+}
+
 BOOST_AUTO_TEST_SUITE_END()

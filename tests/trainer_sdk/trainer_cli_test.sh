@@ -27,6 +27,13 @@ out=$("$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 2
 echo "$out" | grep -q 'round 2/2: gloo .* weight_version "round-2", verified'
 out=$("$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 1 --no-packed --verify --seed 9)
 echo "$out" | grep -q 'round 1/1: gloo .*verified'
+# A two-process trainer: rank 1 iterates its source each round and never touches the workers.
+"$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 2 --rank 1 >"$dir/rank1.out" &
+rank1=$!
+out=$("$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 2 --verify --seed 4)
+wait "$rank1"
+echo "$out" | grep -q 'round 2/2: gloo .*verified'
+grep -q 'round 2/2: rank 1 joined the round' "$dir/rank1.out"
 
 start h0 shm; h0=$endpoint
 start h1 shm; h1=$endpoint

@@ -54,7 +54,7 @@ at::Generator generator(std::uint64_t seed, std::uint64_t round, std::size_t ind
 int main(int argc, char** argv) {
   CLI::App app{"hotswap-trainer: push simulated training steps into hotswap workers"};
   std::string workers, backend, source_dir, master_address = "127.0.0.1", disk_dir;
-  int rounds = 1, master_port = 0;
+  int rounds = 1, master_port = 0, rank = 0;
   double step_scale = 0.01, timeout_seconds = 300;
   std::uint64_t seed = 0;
   std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes;
@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--source", source_dir, "checkpoint directory the trainer starts from")
       ->required();
   app.add_option("--rounds", rounds)->capture_default_str();
+  app.add_option("--rank", rank, "this trainer process's rank; 0 sends, the others only iterate")
+      ->capture_default_str();
   app.add_option("--step-scale", step_scale, "size of each simulated step")->capture_default_str();
   app.add_option("--seed", seed);
   app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo)");
@@ -104,13 +106,13 @@ int main(int argc, char** argv) {
       }
     } cleanup{owned_disk_dir};
     if (backend == "gloo") {
-      trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, 0);
+      trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, rank);
       info.packed = packed;
       info.packed_buffer_size_bytes = buffer_size;
       info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else if (backend == "sparse_gloo") {
-      trainer_sdk::SparseGlooTrainerInitInfo info(master_address, master_port, world_size, 0);
+      trainer_sdk::SparseGlooTrainerInitInfo info(master_address, master_port, world_size, rank);
       info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
     } else if (backend == "disk") {
@@ -119,10 +121,10 @@ int main(int argc, char** argv) {
                          ("hotswap-trainer-" + std::to_string(::getpid()));
         disk_dir = owned_disk_dir.string();
       }
-      trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), 0);
+      trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), rank);
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else if (backend == "shm") {
-      trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), 0);
+      trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), rank);
       info.packed_buffer_size_bytes = buffer_size;
       info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
@@ -174,6 +176,12 @@ int main(int argc, char** argv) {
       }
       // The round's time is the sync's, start to commit; verification is timed apart.
       double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (!engine->is_sender()) {
+        std::printf(
+            "round %d/%d: rank %d joined the round (it iterates its source; rank 0 sends)\n", round,
+            rounds, rank);
+        continue;
+      }
       if (verify) trainer_sdk::verify_against_source(*client, *source);
       auto served = clients[0]->call("weight_info")["weight_version"];
       std::printf("round %d/%d: %s %llu bytes in %.4f s = %.3f GB/s, weight_version %s%s\n", round,
