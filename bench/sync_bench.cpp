@@ -151,7 +151,12 @@ int main(int argc, char** argv) {
       std::uint64_t buffers = 0;
       if (backend == "shm") {
         trainer_sdk::ShmTrainerInitInfo info(1, 0);
-        info.packed_buffer_size_bytes = 256ll << 20;
+        // As small as the largest tensor allows (the IPC chunk rule): smaller buffers pipeline
+        // better, the trainer filling one while the worker empties the other.
+        std::int64_t largest = 0;
+        for (const auto& [name, t] : tensors)
+          largest = std::max<std::int64_t>(largest, t.nbytes());
+        info.packed_buffer_size_bytes = largest;
         info.timeout = std::chrono::seconds(600);
         buffers = 2 * info.packed_buffer_size_bytes;
         engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
