@@ -105,7 +105,19 @@ double raw_gloo_seconds(std::size_t bytes) {
 
 }  // namespace
 
+int run(int argc, char** argv);
+
+// Errors unwind (stopping the worker processes and freeing shared memory) before the exit.
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "hotswap-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+int run(int argc, char** argv) {
   bool large = argc > 1 && std::string(argv[1]) == "--large";
   std::string worker_binary =
       (fs::canonical("/proc/self/exe").parent_path().parent_path() / "worker/hotswap-worker")
