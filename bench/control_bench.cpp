@@ -76,13 +76,8 @@ std::pair<std::unique_ptr<worker::ChildProcess>, std::string> start_worker(
   auto p = std::make_unique<worker::ChildProcess>(
       binary, std::vector<std::string>{"--model", model.string(), "--control", "tcp://127.0.0.1:*",
                                        "--weight-transfer-config", R"({"backend": "disk"})"});
-  const std::string marker = "hotswap-worker ready: control ";
-  while (p->output().find(marker) == std::string::npos ||
-         p->output().find(';') == std::string::npos) {
-    if (!p->read_output(std::chrono::seconds(60))) throw std::runtime_error(p->output());
-  }
-  auto pos = p->output().find(marker) + marker.size();
-  return {std::move(p), p->output().substr(pos, p->output().find(';', pos) - pos)};
+  std::string endpoint = worker::wait_until_ready(*p, std::chrono::seconds(60));
+  return {std::move(p), endpoint};
 }
 
 }  // namespace

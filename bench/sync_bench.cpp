@@ -151,12 +151,7 @@ int run(int argc, char** argv) {
           worker_binary,
           {"--model", (work / "model").string(), "--control", "tcp://127.0.0.1:*",
            "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}", "--timeout", "600"});
-      while (worker.output().find("hotswap-worker ready") == std::string::npos) {
-        if (!worker.read_output(std::chrono::seconds(120)))
-          throw std::runtime_error(worker.output());
-      }
-      auto pos = worker.output().find("control ") + 8;
-      std::string endpoint = worker.output().substr(pos, worker.output().find(';', pos) - pos);
+      std::string endpoint = worker::wait_until_ready(worker, std::chrono::seconds(120));
       auto client =
           std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600));
       std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;

@@ -98,19 +98,26 @@ std::unique_ptr<BroadcastTrainerEngine> BroadcastTrainerEngine::trainer_init(
   auto engine = std::make_unique<BroadcastTrainerEngine>(client, source, info);
   if (!engine->is_sender()) return engine;  // only rank 0 joins the transfer group
 
-  // Both sides must rendezvous together: the workers' init runs on a side thread while this
-  // thread hosts the store and joins the group as rank 0.
-  nlohmann::json payload = info.worker_init_info().to_json();
+  engine->communicator_ = open_gloo_group_as_sender(client, info.worker_init_info(), info.timeout);
+  return engine;
+}
+
+std::unique_ptr<transport::Communicator> open_gloo_group_as_sender(
+    const std::shared_ptr<WeightSyncClient>& client, const protocol::NcclInitInfo& worker_init_info,
+    std::chrono::milliseconds timeout) {
+  nlohmann::json payload = worker_init_info.to_json();
   AsyncCall init([client, payload] { client->init_weight_transfer_engine(payload); });
+  std::unique_ptr<transport::Communicator> group;
   try {
-    engine->communicator_ = std::make_unique<transport::GlooCommunicator>(transport::GlooRendezvous{
-        info.master_address, info.master_port, 0, info.world_size, info.timeout});
+    group = std::make_unique<transport::GlooCommunicator>(transport::GlooRendezvous{
+        *worker_init_info.master_address, static_cast<int>(*worker_init_info.master_port), 0,
+        static_cast<int>(worker_init_info.world_size), timeout});
   } catch (...) {
-    init.rethrow_if_failed();  // the worker's reason is the better diagnosis
+    init.rethrow_if_failed();
     throw;
   }
-  init.wait(info.timeout, "init_weight_transfer_engine");
-  return engine;
+  init.wait(timeout, "init_weight_transfer_engine");
+  return group;
 }
 
 void BroadcastTrainerEngine::send_weights() {

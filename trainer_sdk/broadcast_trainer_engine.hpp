@@ -41,6 +41,14 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   std::unique_ptr<transport::Communicator> communicator_;
 };
 
+// The sender's half of a gloo handshake, shared by the gloo and sparse_gloo engines: ships
+// `worker_init_info` on a side thread while this thread hosts the store and joins the group as
+// rank 0 (both must rendezvous together), then waits for the workers' answer. If the group
+// fails, a failure the workers already reported is raised instead: it is the better diagnosis.
+std::unique_ptr<transport::Communicator> open_gloo_group_as_sender(
+    const std::shared_ptr<WeightSyncClient>& client, const protocol::NcclInitInfo& worker_init_info,
+    std::chrono::milliseconds timeout);
+
 // Writes `tensor`'s bytes into `chunk` (a uint8 buffer) where `slice` places them: vLLM's packed
 // layout, plain concatenation with no padding.
 void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::Tensor& tensor);

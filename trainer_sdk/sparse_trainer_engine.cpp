@@ -5,6 +5,7 @@
 #include "protocol/nccl_info.hpp"
 #include "protocol/param_meta.hpp"
 #include "trainer_sdk/async_call.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -60,16 +61,7 @@ std::unique_ptr<SparseTrainerEngine> SparseTrainerEngine::trainer_init(
   worker.master_port = info.master_port;
   worker.rank_offset = 1;
   worker.world_size = info.world_size;
-  nlohmann::json payload = worker.to_json();
-  AsyncCall init([client, payload] { client->init_weight_transfer_engine(payload); });
-  try {
-    engine->communicator_ = std::make_unique<transport::GlooCommunicator>(transport::GlooRendezvous{
-        info.master_address, info.master_port, 0, info.world_size, info.timeout});
-  } catch (...) {
-    init.rethrow_if_failed();
-    throw;
-  }
-  init.wait(info.timeout, "init_weight_transfer_engine");
+  engine->communicator_ = open_gloo_group_as_sender(client, worker, info.timeout);
   return engine;
 }
 

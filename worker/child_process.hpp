@@ -46,4 +46,9 @@ class ChildProcess {
   std::size_t taken_ = 0;
 };
 
+// Waits for a hotswap-worker child's ready line ("hotswap-worker ready: control <endpoint>; ...")
+// and returns the endpoint; a RuntimeError carrying what the worker printed if it exits or says
+// nothing within `timeout`.
+std::string wait_until_ready(ChildProcess& worker, std::chrono::milliseconds timeout);
+
 }  // namespace hotswap::worker

@@ -17,22 +17,11 @@ class WorkerProcess {
   explicit WorkerProcess(std::vector<std::string> args,
                          std::chrono::milliseconds ready_timeout = std::chrono::seconds(30))
       : process_(HOTSWAP_WORKER_BINARY, with_control(std::move(args))) {
-    const std::string marker = "hotswap-worker ready: control ";
-    auto deadline = std::chrono::steady_clock::now() + ready_timeout;
-    while (true) {
-      const std::string& out = process_.output();
-      if (auto pos = out.find(marker); pos != std::string::npos) {
-        if (auto end = out.find(';', pos); end != std::string::npos) {
-          endpoint_ = out.substr(pos + marker.size(), end - pos - marker.size());
-          return;
-        }
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || !process_.read_output(left)) {
-        process_.stop();
-        throw std::runtime_error("hotswap-worker did not become ready: " + process_.output());
-      }
+    try {
+      endpoint_ = worker::wait_until_ready(process_, ready_timeout);
+    } catch (const std::exception& e) {
+      process_.stop();
+      throw std::runtime_error(e.what());
     }
   }
 
