@@ -68,16 +68,47 @@ void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tenso
     }
     rows_of(staging_[p]).copy_(tensor);
   } else if (mode_ == UpdateMode::kStaged) {
-    // Uninitialized: rows this round does not deliver are filled from the live tensor at
-    // commit, so a full update copies each byte once instead of cloning the model first.
-    if (!shadow_[p]) shadow_[p] = RuntimeTensor{store_.take_spare(p), {}};
-    rows_of(shadow_[p]->value).copy_(tensor);
+    rows_of(shadow_of(p)).copy_(tensor);
   } else {
     std::unique_lock lock(store_.mutex());
     rows_of(store_[p].value).copy_(tensor);
     wrote_live_ = true;
   }
 
+  note_received(slot_index);
+}
+
+at::Tensor& LayerwiseReload::shadow_of(std::size_t p) {
+  // Uninitialized: rows this round does not deliver are filled from the live tensor at commit,
+  // so a full update copies each byte once instead of cloning the model first.
+  if (!shadow_[p]) shadow_[p] = RuntimeTensor{store_.take_spare(p), {}};
+  return shadow_[p]->value;
+}
+
+std::optional<at::Tensor> LayerwiseReload::destination(const std::string& name,
+                                                       at::ScalarType dtype,
+                                                       at::IntArrayRef shape) {
+  const auto& mapping = store_.mapping();
+  if (mode_ != UpdateMode::kStaged || mapping.is_skipped(name)) return std::nullopt;
+  const CheckpointSlot* slot = mapping.find(name);
+  if (slot == nullptr || shape.vec() != slot->shape || dtype != store_.dtype() ||
+      store_.quantized(slot->param)) {
+    return std::nullopt;
+  }
+  return shadow_of(slot->param).narrow(0, slot->row_offset, slot->shape[0]);
+}
+
+void LayerwiseReload::mark_received(const std::string& name) {
+  const auto& mapping = store_.mapping();
+  const CheckpointSlot* slot = mapping.find(name);
+  if (slot == nullptr || mode_ != UpdateMode::kStaged || !shadow_[slot->param]) {
+    throw protocol::RuntimeError("mark_received('" + name + "') without a destination for it");
+  }
+  note_received(static_cast<std::size_t>(slot - mapping.slots().data()));
+}
+
+void LayerwiseReload::note_received(std::size_t slot_index) {
+  const std::size_t p = store_.mapping().slots()[slot_index].param;
   if (!received_[slot_index]) {
     received_[slot_index] = true;
     ++received_count_;

@@ -39,6 +39,14 @@ class LayerwiseReload {
   // dtype) and only then writes any byte. Tensors are copied: the caller may reuse its buffers.
   void load(const std::vector<NamedTensor>& weights);
 
+  // Staged sessions only: the shadow rows where checkpoint tensor `name` lands, to be filled in
+  // place (by a receive) and then mark_received(name). nullopt where the tensor must go through
+  // load(): an inplace session (live writes stay under the store's lock), a quantized
+  // parameter, a name load() would refuse or skip, or a dtype or shape unlike the storage's.
+  std::optional<at::Tensor> destination(const std::string& name, at::ScalarType dtype,
+                                        at::IntArrayRef shape);
+  void mark_received(const std::string& name);
+
   // Processes what is pending, checks every touched layer, and (staged) commits. With
   // `require_complete`, every checkpoint tensor of the model must have arrived. Throws a
   // ValueError naming the missing tensors; in staged mode nothing was changed then.
@@ -56,7 +64,9 @@ class LayerwiseReload {
 
  private:
   void write_slot(std::size_t slot, const at::Tensor& tensor);
-  void process_param(std::size_t param);  // quantize a completed int8 parameter
+  void note_received(std::size_t slot);
+  at::Tensor& shadow_of(std::size_t param);  // staged: the param's shadow, taken on first use
+  void process_param(std::size_t param);     // quantize a completed int8 parameter
   std::vector<std::string> missing_names(bool require_complete) const;
 
   ParameterStore& store_;

@@ -149,6 +149,21 @@ void LlamaModel::load_weights(const std::vector<NamedTensor>& weights) {
   }
 }
 
+std::optional<at::Tensor> LlamaModel::destination_for(const std::string& name,
+                                                      c10::ScalarType dtype,
+                                                      c10::IntArrayRef shape) {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) return std::nullopt;  // load_weights will say why
+  return reload_->destination(name, dtype, shape);
+}
+
+void LlamaModel::mark_received(const std::string& name) {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) throw protocol::RuntimeError("mark_received called outside a weight reload");
+  reload_->mark_received(name);
+  checkpoint_dtypes_[name] = store_.dtype();
+}
+
 void LlamaModel::finish_reload() {
   std::lock_guard lock(reload_mutex_);
   if (!reload_) throw protocol::RuntimeError("finish_reload called without an active reload");

@@ -60,6 +60,10 @@ class LlamaModel final : public LoadableModel {
   void finish_reload() override;
   void abort_reload() override;
   void apply_patches(const std::vector<WeightPatch>& patches) override;
+  // Staged sessions receive in place: the shadow rows of the tensor (see LayerwiseReload).
+  std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
+                                            c10::IntArrayRef shape) override;
+  void mark_received(const std::string& name) override;
   c10::Device device() const override { return store_.device(); }
 
   bool reload_active() const;

@@ -11,4 +11,13 @@ void LoadableModel::apply_patches(const std::vector<WeightPatch>&) {
   throw protocol::RuntimeError("this model does not take sparse weight patches");
 }
 
+std::optional<at::Tensor> LoadableModel::destination_for(const std::string&, c10::ScalarType,
+                                                         c10::IntArrayRef) {
+  return std::nullopt;
+}
+
+void LoadableModel::mark_received(const std::string& name) {
+  throw protocol::RuntimeError("mark_received('" + name + "') without a destination_for it");
+}
+
 }  // namespace hotswap::model_loader

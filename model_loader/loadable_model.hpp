@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,15 @@ class LoadableModel {
   // Loads checkpoint-format tensors. Rejects an unknown name or a shape mismatch, naming the
   // parameter, before any byte is written.
   virtual void load_weights(const std::vector<NamedTensor>& weights) = 0;
+
+  // Receiving in place: where `name`'s tensor of `dtype` and `shape` can be written directly
+  // (say, by a broadcast), skipping load_weights' copy; the caller fills the view, then calls
+  // mark_received(name). nullopt where the tensor must go through load_weights instead (the
+  // default; a name or shape load_weights would refuse; a dtype or layout that needs
+  // converting). A view filled but never marked is discarded, as if it never arrived.
+  virtual std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
+                                                    c10::IntArrayRef shape);
+  virtual void mark_received(const std::string& name);
 
   // Layerwise reload around a session (vLLM's initialize/finalize_layerwise_reload), with an
   // explicit abort that leaves the previous weights in place.

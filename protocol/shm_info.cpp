@@ -15,13 +15,14 @@ bool is_valid_shm_name(const std::string& name) {
 }
 
 ShmInitInfo ShmInitInfo::from_json(const nlohmann::json& object) {
-  JsonFields fields(object, kInitType, {"segment_names", "packed_buffer_size_bytes"},
+  JsonFields fields(object, kInitType, {"segment_names", "packed_buffer_size_bytes", "arena_name"},
                     /*keyword_only=*/true);
   ShmInitInfo info;
   info.segment_names = fields.required_string_list("segment_names");
   if (auto size = fields.optional_int("packed_buffer_size_bytes")) {
     info.packed_buffer_size_bytes = *size;
   }
+  info.arena_name = fields.optional_string("arena_name");
   fields.finish();
   const std::string prefix = std::string(kInitType) + ": ";
   if (info.segment_names.empty()) {
@@ -39,31 +40,75 @@ ShmInitInfo ShmInitInfo::from_json(const nlohmann::json& object) {
     throw ValueError(prefix + "`packed_buffer_size_bytes` must be positive, got " +
                      std::to_string(info.packed_buffer_size_bytes));
   }
+  if (info.arena_name && !is_valid_shm_name(*info.arena_name)) {
+    throw ValueError(prefix +
+                     "`arena_name` must be a POSIX shared-memory name like "
+                     "'/hotswap-1234-arena' (a leading '/', no other '/', at most 255 "
+                     "characters), got '" +
+                     *info.arena_name + "'");
+  }
   return info;
 }
 
 nlohmann::json ShmInitInfo::to_json() const {
-  return {{"segment_names", segment_names}, {"packed_buffer_size_bytes", packed_buffer_size_bytes}};
+  nlohmann::json out = {{"segment_names", segment_names},
+                        {"packed_buffer_size_bytes", packed_buffer_size_bytes}};
+  if (arena_name) out["arena_name"] = *arena_name;
+  return out;
 }
 
 ShmUpdateInfo ShmUpdateInfo::from_json(const nlohmann::json& object) {
-  JsonFields fields(object, kUpdateType, {"names", "dtype_names", "shapes", "first_sequence"});
+  JsonFields fields(object, kUpdateType,
+                    {"names", "dtype_names", "shapes", "first_sequence", "arena_offsets"});
   auto names = fields.required_string_list("names");
   auto dtype_names = fields.required_string_list("dtype_names");
   auto shapes = fields.required_shape_list("shapes");
   auto first = fields.required_int("first_sequence");
+  auto offsets = fields.optional_int_list("arena_offsets");
   fields.finish();
+  const std::string prefix = std::string(kUpdateType) + ": ";
   if (first < 1) {
-    throw ValueError(std::string(kUpdateType) + ": `first_sequence` must be at least 1, got " +
-                     std::to_string(first));
+    throw ValueError(prefix + "`first_sequence` must be at least 1, got " + std::to_string(first));
   }
-  return ShmUpdateInfo{params_from_lists(kUpdateType, names, dtype_names, shapes), first};
+  ShmUpdateInfo info{params_from_lists(kUpdateType, names, dtype_names, shapes), first, {}};
+  if (offsets) {
+    if (offsets->size() != names.size()) {
+      throw ValueError(prefix + "`arena_offsets` has " + std::to_string(offsets->size()) +
+                       " entries but `names` has " + std::to_string(names.size()));
+    }
+    for (std::size_t i = 0; i < offsets->size(); ++i) {
+      const std::int64_t offset = (*offsets)[i];
+      if (offset < kInBuffers) {
+        throw ValueError(prefix + "`arena_offsets[" + std::to_string(i) + "]` (" + names[i] +
+                         ") must be a byte offset or -1 (in the buffers), got " +
+                         std::to_string(offset));
+      }
+      if (offset != kInBuffers && offset % item_size(info.params[i].dtype) != 0) {
+        throw ValueError(prefix + "`arena_offsets[" + std::to_string(i) + "]` (" + names[i] +
+                         ") is " + std::to_string(offset) + ", not aligned for its dtype " +
+                         std::string(dtype_name(info.params[i].dtype)));
+      }
+    }
+    info.arena_offsets = std::move(*offsets);
+  }
+  return info;
+}
+
+std::vector<ParamMeta> ShmUpdateInfo::buffered_params(std::vector<std::size_t>* indices) const {
+  std::vector<ParamMeta> out;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (in_arena(i)) continue;
+    out.push_back(params[i]);
+    if (indices != nullptr) indices->push_back(i);
+  }
+  return out;
 }
 
 nlohmann::json ShmUpdateInfo::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   write_param_lists(params, out);
   out["first_sequence"] = first_sequence;
+  if (!arena_offsets.empty()) out["arena_offsets"] = arena_offsets;
   return out;
 }
 

@@ -5,9 +5,17 @@
 // IPC rule (flush before overflowing), so every chunk fits its buffer; the worker derives the
 // chunk plan from the round's metadata, exactly as the trainer did. The handshake in each
 // segment's header is transport/shm_ring.hpp's.
+//
+// Zero-copy tensors: a trainer whose weights already live in a shared-memory arena (one more
+// POSIX segment, `arena_name` at the handshake) need not copy them into the buffers at all.
+// Each round's `arena_offsets` (parallel to `names`) gives the byte offset of such a tensor in
+// the arena, or -1 for a tensor that travels in the packed chunks; the chunk plan covers only
+// the -1 tensors, in order. Workers copy arena tensors straight into the model: one copy of
+// each byte instead of two, as `ipc` reads a trainer's CUDA tensors through their handles.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +29,7 @@ namespace hotswap::protocol {
 struct ShmInitInfo {
   std::vector<std::string> segment_names;  // POSIX names: "/hotswap-<...>"
   std::int64_t packed_buffer_size_bytes = kDefaultPackedBufferSizeBytes;
+  std::optional<std::string> arena_name;  // the trainer's weights, read in place
 
   static ShmInitInfo from_json(const nlohmann::json& object);
   nlohmann::json to_json() const;
@@ -31,6 +40,16 @@ struct ShmUpdateInfo {
   // Sequence number of the round's first chunk; chunk c travels as first_sequence + c in
   // buffer (first_sequence + c) % segment count. Rounds continue the numbering.
   std::int64_t first_sequence = 1;
+  // Parallel to params: a tensor's byte offset in the arena, or kInBuffers. Empty when no
+  // tensor of the round is in the arena.
+  std::vector<std::int64_t> arena_offsets;
+  static constexpr std::int64_t kInBuffers = -1;
+
+  bool in_arena(std::size_t i) const {
+    return !arena_offsets.empty() && arena_offsets[i] != kInBuffers;
+  }
+  // The parameters that travel in the packed chunks, in order, and their indices in params.
+  std::vector<ParamMeta> buffered_params(std::vector<std::size_t>* indices = nullptr) const;
 
   static ShmUpdateInfo from_json(const nlohmann::json& object);
   nlohmann::json to_json() const;

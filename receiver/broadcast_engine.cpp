@@ -71,10 +71,17 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
 void BroadcastWeightTransferEngine::receive_unpacked(
     const std::vector<protocol::ParamMeta>& params) {
   for (const auto& p : params) {
-    at::Tensor tensor = at::empty(
-        p.shape, at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)).device(device()));
-    communicator_->broadcast(tensor, 0, context().timeout);
-    model().load_weights({{p.name, tensor}});
+    const auto type = transport::to_scalar_type(p.dtype);
+    // Straight into the model's staged copy where it can take the bytes as they are: no
+    // receive buffer, no second copy. Otherwise a buffer, and the model converts on load.
+    if (auto destination = model().destination_for(p.name, type, p.shape)) {
+      communicator_->broadcast(*destination, 0, context().timeout);
+      model().mark_received(p.name);
+    } else {
+      at::Tensor tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
+      communicator_->broadcast(tensor, 0, context().timeout);
+      model().load_weights({{p.name, tensor}});
+    }
     add_bytes_received(p.nbytes());
   }
 }

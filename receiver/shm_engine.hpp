@@ -4,6 +4,10 @@
 // waits for it (bounded), copies the tensors out into the model, and releases the buffer for
 // the trainer's next chunk. Several workers read the same segments.
 //
+// A trainer with a shared weight arena names it at the handshake; the engine maps it read-only
+// and copies the round's arena tensors (by the offsets in update_info) straight into the model,
+// every offset checked against the arena's size before the first byte is copied.
+//
 // If the trainer dies mid-round the wait times out: the session fails, and the engine unlinks
 // the segments the dead trainer left behind (a live trainer would have served the chunk).
 #pragma once
@@ -33,8 +37,12 @@ class ShmWeightTransferEngine final
   void receive_weights(const protocol::ShmUpdateInfo& update_info) override;
 
  private:
+  void load_from_arena(const protocol::ShmUpdateInfo& update_info);
+  void unlink_trainer_segments();
+
   std::unique_ptr<transport::ShmRing> ring_;
-  std::vector<std::string> names_;
+  std::unique_ptr<transport::ShmSegment> arena_;
+  std::vector<std::string> names_;  // every segment the trainer made: the ring's and the arena
 };
 
 }  // namespace hotswap::receiver

@@ -64,6 +64,8 @@ class CheckedStream {
   at::Tensor next();
   // After the last tensor: the source must have ended too.
   void finish();
+  // How many tensors next() has returned: the metadata index of the next one.
+  std::size_t position() const { return sent_; }
 
  private:
   std::unique_ptr<WeightStream> stream_;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "protocol/chunk_plan.hpp"
+#include "protocol/shm_info.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 
@@ -34,8 +35,9 @@ std::unique_ptr<ShmTrainerEngine> ShmTrainerEngine::trainer_init(
     names.push_back(base + "-" + std::to_string(i));
   engine->ring_ = std::make_unique<transport::ShmRing>(transport::ShmRing::create(
       names, static_cast<std::size_t>(info.packed_buffer_size_bytes), info.num_workers));
-  client->init_weight_transfer_engine(
-      {{"segment_names", names}, {"packed_buffer_size_bytes", info.packed_buffer_size_bytes}});
+  protocol::ShmInitInfo init{names, info.packed_buffer_size_bytes, std::nullopt};
+  if (info.arena) init.arena_name = info.arena->name();
+  client->init_weight_transfer_engine(init.to_json());
   return engine;
 }
 
@@ -48,27 +50,60 @@ void ShmTrainerEngine::send_weights() {
     return;
   }
   if (!ring_) throw protocol::RuntimeError("the shm buffers are closed; call trainer_init again");
-  auto plan = protocol::plan_ipc_chunks(meta, ring_->buffer_bytes());  // before any RPC
-  nlohmann::json update_info = nlohmann::json::object();
-  protocol::write_param_lists(meta, update_info);
-  update_info["first_sequence"] = next_sequence_;
+  // Before any RPC: which tensors the workers read in place, and the plan for the rest.
+  protocol::ShmUpdateInfo round{meta, static_cast<std::int64_t>(next_sequence_), {}};
+  if (const auto* arena = info_.arena.get()) {
+    for (const auto& p : meta) {
+      const auto* entry = arena->find(p.name);
+      if (entry != nullptr && (entry->meta.dtype != p.dtype || entry->meta.shape != p.shape)) {
+        throw protocol::ValueError(
+            "'" + p.name + "' is " + std::string(protocol::dtype_name(entry->meta.dtype)) + " " +
+            protocol::shape_to_string(entry->meta.shape) + " in the shared weight arena but " +
+            std::string(protocol::dtype_name(p.dtype)) + " " + protocol::shape_to_string(p.shape) +
+            " in the source's metadata");
+      }
+      round.arena_offsets.push_back(entry ? entry->offset : protocol::ShmUpdateInfo::kInBuffers);
+    }
+  }
+  auto plan = protocol::plan_ipc_chunks(round.buffered_params(), ring_->buffer_bytes());
+  const nlohmann::json update_info = round.to_json();
 
   client().start_weight_update();
   auto shared_client = client_shared();
   AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
   update.rethrow_if_failed();
   CheckedStream stream(source()->iter(), meta);
+  // The next tensor and its index; one in the arena is only checked: the workers read it there.
+  auto take = [&] {
+    const std::size_t index = stream.position();
+    at::Tensor t = stream.next();
+    if (round.in_arena(index) && !info_.arena->holds(meta[index].name, t)) {
+      throw protocol::ValueError(
+          "the source yielded '" + meta[index].name +
+          "' from outside the shared weight arena it was allocated in; "
+          "the workers read the arena's copy, so it must be the same tensor");
+    }
+    return std::pair{index, t};
+  };
+  auto next_buffered = [&] {
+    for (;;) {
+      auto [index, t] = take();
+      if (!round.in_arena(index)) return t;
+    }
+  };
   for (std::size_t c = 0; c < plan.size(); ++c) {
     const std::uint64_t sequence = next_sequence_ + c;
     std::uint8_t* out = ring_->acquire_for_write(sequence, info_.timeout);
     for (const auto& slice : plan[c].slices) {
-      at::Tensor t = stream.next();
+      at::Tensor t = next_buffered();
       if (slice.size > 0) std::memcpy(out + slice.offset, t.data_ptr(), slice.size);
     }
     ring_->publish(sequence);
     // A worker that failed stops reading: surface its reason rather than wait for a timeout.
     update.rethrow_if_failed();
   }
+  while (stream.position() < meta.size())
+    take();  // the arena tensors after the last buffered one
   stream.finish();
   next_sequence_ += plan.size();
   ring_->drain(info_.timeout);

@@ -3,11 +3,15 @@
 // exit path) and ships their names at the handshake. Each round: start, update on a side
 // thread, then pack chunks (the IPC rule: flush before overflowing) into the buffers in turn,
 // each reused only once every worker has copied out of it, drain, finish.
+//
+// With an `arena` (SharedWeightArena), the tensors the source yields from it are not copied at
+// all: the round names their offsets and the workers read them in place.
 #pragma once
 
 #include <chrono>
 #include <memory>
 
+#include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/shm_ring.hpp"
@@ -21,6 +25,7 @@ struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
   int num_workers;                                     // how many workers read each chunk
   std::int64_t packed_buffer_size_bytes = 64ll << 20;  // per buffer
   int num_buffers = 2;                                 // filled while workers read another
+  std::shared_ptr<SharedWeightArena> arena;            // tensors read in place, if any
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 

@@ -13,8 +13,8 @@
 namespace hotswap::transport {
 namespace {
 
-std::uint8_t* map_fd(int fd, std::size_t size, const std::string& name) {
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+std::uint8_t* map_fd(int fd, std::size_t size, const std::string& name, int protection) {
+  void* p = ::mmap(nullptr, size, protection, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int error = errno;
     ::close(fd);
@@ -40,7 +40,7 @@ ShmSegment ShmSegment::create(const std::string& name, std::size_t size) {
   segment.owner_ = true;
   segment.size_ = size;
   try {
-    segment.data_ = map_fd(fd, size, name);
+    segment.data_ = map_fd(fd, size, name, PROT_READ | PROT_WRITE);
   } catch (...) {
     ::shm_unlink(name.c_str());
     throw;
@@ -48,8 +48,9 @@ ShmSegment ShmSegment::create(const std::string& name, std::size_t size) {
   return segment;
 }
 
-ShmSegment ShmSegment::open(const std::string& name) {
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+ShmSegment ShmSegment::open(const std::string& name, Access access) {
+  const bool writable = access == Access::kReadWrite;
+  int fd = ::shm_open(name.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
   HOTSWAP_POSIX_CHECK(fd, name);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -60,7 +61,7 @@ ShmSegment ShmSegment::open(const std::string& name) {
   ShmSegment segment;
   segment.name_ = name;
   segment.size_ = static_cast<std::size_t>(st.st_size);
-  segment.data_ = map_fd(fd, segment.size_, name);
+  segment.data_ = map_fd(fd, segment.size_, name, writable ? PROT_READ | PROT_WRITE : PROT_READ);
   return segment;
 }
 

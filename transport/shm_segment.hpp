@@ -13,8 +13,10 @@ class ShmSegment {
  public:
   // Creates `name` ("/hotswap-...") with `size` bytes; RuntimeError if it exists or fails.
   static ShmSegment create(const std::string& name, std::size_t size);
-  // Opens an existing segment read-write; RuntimeError naming it when it is not there.
-  static ShmSegment open(const std::string& name);
+  // Opens an existing segment (read-write, or mapped read-only where this side must never write
+  // it); RuntimeError naming it when it is not there.
+  enum class Access { kReadWrite, kReadOnly };
+  static ShmSegment open(const std::string& name, Access access = Access::kReadWrite);
   // Removes the name (the memory lives on while mapped); a missing name is not an error.
   static void unlink(const std::string& name) noexcept;
 

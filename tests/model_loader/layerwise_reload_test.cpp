@@ -57,6 +57,37 @@ bool in_layer(const std::string& name, int layer) {
 
 BOOST_AUTO_TEST_SUITE(layerwise_reload)
 
+BOOST_FIXTURE_TEST_CASE(staged_tensors_can_be_received_in_place, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  const auto dtype = m->dtype();
+  m->start_reload();
+  for (std::size_t i = 0; i < update.size(); ++i) {
+    const auto& [name, t] = update[i];
+    auto destination = m->destination_for(name, dtype, t.sizes());
+    BOOST_REQUIRE_MESSAGE(destination.has_value(), name);
+    if (i == 0) {
+      destination->fill_(7);  // filled but never marked: discarded, the old rows serve
+      continue;
+    }
+    destination->copy_(t);
+    m->mark_received(name);
+  }
+  // What the model could not take as it is goes through load_weights.
+  const auto& [first, tensor] = update[0];
+  BOOST_TEST(!m->destination_for(first, at::kDouble, tensor.sizes()).has_value());
+  BOOST_TEST(!m->destination_for(first, dtype, {1, 2, 3}).has_value());
+  BOOST_TEST(!m->destination_for("model.no_such.weight", dtype, tensor.sizes()).has_value());
+  m->finish_reload();
+  for (const auto& [name, digest] : m->checkpoint_checksums()) {
+    BOOST_TEST(digest == (name == first ? old_digest(name) : new_digest(name)), name);
+  }
+
+  auto inplace = model(UpdateMode::kInplace);
+  inplace->start_reload();
+  BOOST_TEST(!inplace->destination_for(first, dtype, tensor.sizes()).has_value());
+  inplace->abort_reload();
+}
+
 BOOST_FIXTURE_TEST_CASE(a_full_update_in_any_order_lands_whole, Fixture) {
   for (auto mode : {UpdateMode::kStaged, UpdateMode::kInplace}) {
     auto m = model(mode);

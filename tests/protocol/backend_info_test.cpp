@@ -175,6 +175,42 @@ BOOST_AUTO_TEST_CASE(shm_update_info_is_the_metadata_of_the_round) {
                           ValueError, "missing 1 required positional argument: 'first_sequence'");
 }
 
+BOOST_AUTO_TEST_CASE(shm_arena_offsets_say_which_tensors_are_read_in_place) {
+  json init = {{"segment_names", {"/hotswap-1-0"}}, {"arena_name", "/hotswap-1-arena-0"}};
+  BOOST_TEST(*ShmInitInfo::from_json(init).arena_name == "/hotswap-1-arena-0");
+  init["arena_name"] = "arena";
+  HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(init), ValueError,
+                          "`arena_name` must be a POSIX shared-memory name");
+
+  json update = {{"names", {"a", "b", "c"}},
+                 {"dtype_names", {"bfloat16", "float32", "bfloat16"}},
+                 {"shapes", {{4}, {2}, {3}}},
+                 {"first_sequence", 1},
+                 {"arena_offsets", {0, -1, 64}}};
+  auto info = ShmUpdateInfo::from_json(update);
+  BOOST_TEST(info.in_arena(0));
+  BOOST_TEST(!info.in_arena(1));
+  std::vector<std::size_t> indices;
+  auto buffered = info.buffered_params(&indices);
+  BOOST_TEST(buffered.size() == 1u);
+  BOOST_TEST(buffered[0].name == "b");
+  BOOST_TEST(indices == std::vector<std::size_t>{1});
+  BOOST_TEST(info.to_json() == update);
+  // Without offsets every tensor travels in the buffers.
+  update.erase("arena_offsets");
+  BOOST_TEST(ShmUpdateInfo::from_json(update).buffered_params().size() == 3u);
+
+  update["arena_offsets"] = {0, -1};
+  HOTSWAP_CHECK_THROW_MSG(ShmUpdateInfo::from_json(update), ValueError,
+                          "`arena_offsets` has 2 entries but `names` has 3");
+  update["arena_offsets"] = {0, -2, 64};
+  HOTSWAP_CHECK_THROW_MSG(ShmUpdateInfo::from_json(update), ValueError,
+                          "`arena_offsets[1]` (b) must be a byte offset or -1");
+  update["arena_offsets"] = {0, -1, 63};
+  HOTSWAP_CHECK_THROW_MSG(ShmUpdateInfo::from_json(update), ValueError,
+                          "`arena_offsets[2]` (c) is 63, not aligned for its dtype bfloat16");
+}
+
 BOOST_AUTO_TEST_CASE(disk_update_info_checks_the_directory_with_vllms_messages) {
   hotswap::testing::TempDir dir;
   HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", ""}}), ValueError,

@@ -38,6 +38,7 @@ grep -q 'round 2/2: rank 1 joined the round' "$dir/rank1.out"
 start h0 shm; h0=$endpoint
 start h1 shm; h1=$endpoint
 "$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 262144 | grep -q 'round 3/3: shm .*verified'
+"$trainer" --workers "$h0,$h1" --backend shm --shm-arena --source "$dir/m" --rounds 2 --verify --buffer-size 262144 | grep -q 'round 2/2: shm .*verified'
 
 start d0 disk; d0=$endpoint
 start d1 disk; d1=$endpoint

@@ -35,6 +35,16 @@ class WorkerProcess {
   int stop(std::chrono::milliseconds grace = std::chrono::seconds(10)) {
     return process_.stop(grace);
   }
+  // Whether `needle` shows up in the output within `timeout` (a log line may trail the reply).
+  bool wait_for_output(const std::string& needle, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (output().find(needle) == std::string::npos) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      process_.read_output(std::chrono::milliseconds(50));
+    }
+    return true;
+  }
+
   // Waits for the worker to exit by itself (after a `shutdown` call); stops it past `timeout`.
   int wait_exit(std::chrono::milliseconds timeout) {
     if (auto status = process_.wait_exit(timeout)) return *status;

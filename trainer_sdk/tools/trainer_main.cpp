@@ -24,6 +24,7 @@
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   double step_scale = 0.01, timeout_seconds = 300;
   std::uint64_t seed = 0;
   std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes;
+  bool shm_arena = false;
   bool packed = true, verify = false;
   app.add_option("--workers", workers, "control endpoints, comma-separated")->required();
   app.add_option("--backend", backend, "gloo | shm | sparse_gloo | disk")->required();
@@ -70,6 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed);
   app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo)");
   app.add_option("--buffer-size", buffer_size, "packed chunk size in bytes")->capture_default_str();
+  app.add_flag("--shm-arena", shm_arena,
+               "shm: keep the trainer's weights in shared memory; workers read them in place");
   app.add_flag("--verify", verify, "check the workers' weights bit for bit after each round");
   app.add_option("--master-address", master_address, "gloo rendezvous host")->capture_default_str();
   app.add_option("--master-port", master_port, "gloo rendezvous port (default: a free one)");
@@ -92,6 +96,18 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, at::Tensor>> tensors;
     for (const auto& name : checkpoint.names())
       tensors.emplace_back(name, checkpoint.tensor(name).clone());
+    std::shared_ptr<trainer_sdk::SharedWeightArena> arena;
+    if (shm_arena) {
+      if (backend != "shm") throw protocol::ValueError("--shm-arena is for --backend shm");
+      // Trained in place there from now on: each step writes the bytes the workers will read.
+      std::vector<protocol::ParamMeta> meta;
+      for (const auto& [name, t] : tensors)
+        meta.push_back(trainer_sdk::param_meta_of(name, t));
+      arena = std::make_shared<trainer_sdk::SharedWeightArena>(
+          trainer_sdk::SharedWeightArena::bytes_for(meta));
+      for (auto& [name, t] : tensors)
+        t = arena->copy_in(name, t);
+    }
     auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
     std::uint64_t model_bytes = checkpoint.total_bytes();
 
@@ -127,6 +143,7 @@ int main(int argc, char** argv) {
       trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), rank);
       info.packed_buffer_size_bytes = buffer_size;
       info.timeout = timeout;
+      info.arena = arena;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else {
       throw protocol::ValueError("unknown --backend '" + backend +
