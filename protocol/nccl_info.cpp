@@ -116,9 +116,13 @@ NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
   JsonFields fields(object, kUpdateType,
                     {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
                      "packed_num_buffers", "is_checkpoint_format"});
-  auto names = fields.required_string_list("names");
-  auto dtype_names = fields.required_string_list("dtype_names");
-  auto shapes = fields.required_shape_list("shapes");
+  // vLLM 0.33 defaults each list to empty: all three empty means "the previous round's
+  // metadata" (the trainer sends that when nothing changed; the engine keeps the last lists).
+  std::vector<std::string> names, dtype_names;
+  std::vector<std::vector<std::int64_t>> shapes;
+  if (fields.has("names")) names = fields.required_string_list("names");
+  if (fields.has("dtype_names")) dtype_names = fields.required_string_list("dtype_names");
+  if (fields.has("shapes")) shapes = fields.required_shape_list("shapes");
   NcclUpdateInfo info;
   info.packed = fields.optional_bool("packed");
   info.packed_buffer_size_bytes = fields.optional_int("packed_buffer_size_bytes");

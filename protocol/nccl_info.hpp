@@ -48,6 +48,8 @@ struct NcclInitInfo {
 };
 
 struct NcclUpdateInfo {
+  // Empty (every list empty or absent): reuse the previous round's metadata, as vLLM 0.33's
+  // worker does; before any round, a round of no parameters.
   std::vector<ParamMeta> params;
   // E1 per-round packing params; unset means "as agreed at the handshake".
   std::optional<bool> packed;

@@ -26,6 +26,7 @@ void BroadcastWeightTransferEngine::init_transfer_channel(const protocol::NcclIn
   if (communicator_) communicator_->abort();  // a re-init replaces the old group
   communicator_.reset();
   buffers_.clear();
+  last_params_.clear();
   communicator_ = factory_(info, rank, context().timeout);
   packing_ = info.packing;
 }
@@ -51,11 +52,14 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
                                  "first.");
   }
   auto packing = update_info.packing(packing_);
+  // vLLM 0.33's trainer sends empty lists when the metadata is the previous round's.
+  if (!update_info.params.empty()) last_params_ = update_info.params;
+  const auto& params = update_info.params.empty() ? last_params_ : update_info.params;
   try {
     if (packing.packed) {
-      receive_packed(update_info.params, packing);
+      receive_packed(params, packing);
     } else {
-      receive_unpacked(update_info.params);
+      receive_unpacked(params);
     }
   } catch (const protocol::Error& e) {
     // A collective that failed part-way leaves the group out of step: tear it down so the next

@@ -47,8 +47,9 @@ class BroadcastWeightTransferEngine
   std::string name_;
   CommunicatorFactory factory_;
   std::unique_ptr<transport::Communicator> communicator_;
-  protocol::PackingParams packing_;  // from the handshake
-  std::vector<at::Tensor> buffers_;  // packed receive buffers, reused across rounds
+  protocol::PackingParams packing_;               // from the handshake
+  std::vector<at::Tensor> buffers_;               // packed receive buffers, reused across rounds
+  std::vector<protocol::ParamMeta> last_params_;  // for a round that sends empty lists
 };
 
 // Opens a GlooCommunicator for a worker rank (a ValueError for unique-id rendezvous).

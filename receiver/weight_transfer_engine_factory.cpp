@@ -3,6 +3,7 @@
 #include "protocol/plugin_registry.hpp"
 #include "receiver/broadcast_engine.hpp"
 #include "receiver/disk_engine.hpp"
+#include "receiver/nccl_engine.hpp"
 #include "receiver/shm_engine.hpp"
 #include "receiver/sparse_broadcast_engine.hpp"
 
@@ -21,6 +22,8 @@ Registry& registry() {
           std::make_unique<DiskWeightTransferEngine>(context));
     });
     instance.register_engine("gloo", make_gloo_engine);
+    instance.register_engine("nccl", make_nccl_engine);
+    instance.register_engine("sparse_nccl", make_sparse_nccl_engine);
     instance.register_engine("sparse_gloo", make_sparse_gloo_engine);
     instance.register_engine("shm", [](const EngineContext& context) {
       return std::unique_ptr<WeightTransferEngine>(

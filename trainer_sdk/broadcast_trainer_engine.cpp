@@ -17,7 +17,7 @@ std::string describe(const std::string& name, const std::string& dtype,
 
 }  // namespace
 
-protocol::NcclInitInfo GlooTrainerInitInfo::worker_init_info() const {
+protocol::NcclInitInfo BroadcastTransferParams::worker_init_info() const {
   protocol::NcclInitInfo info;
   info.master_address = master_address;
   info.master_port = master_port;
@@ -65,7 +65,7 @@ at::Tensor CheckedStream::next() {
         ". Both channels must enumerate the same parameters in the same order.");
   }
   ++sent_;
-  return t.to(c10::Device(c10::kCPU)).contiguous();
+  return t.to(device_).contiguous();
 }
 
 void CheckedStream::finish() {
@@ -83,41 +83,46 @@ void CheckedStream::finish() {
 
 BroadcastTrainerEngine::BroadcastTrainerEngine(std::shared_ptr<WeightSyncClient> client,
                                                std::shared_ptr<WeightSource> source,
-                                               const GlooTrainerInitInfo& info)
-    : TrainerWeightTransferEngine(std::move(client), std::move(source), info.is_sender()),
-      info_(info) {}
+                                               const BroadcastTransferParams& params,
+                                               bool is_sender, SenderGroup group)
+    : TrainerWeightTransferEngine(std::move(client), std::move(source), is_sender),
+      info_(params),
+      group_(group) {}
+
+template <class Engine>
+std::unique_ptr<Engine> BroadcastTrainerEngine::open(const TrainerInitInfo& info,
+                                                     const BroadcastTransferParams& params,
+                                                     SenderGroup group,
+                                                     std::shared_ptr<WeightSyncClient> client,
+                                                     std::shared_ptr<WeightSource> source) {
+  if (!source) {
+    throw protocol::ValueError(
+        std::string(group.kind == SenderGroup::Kind::kGloo ? "Gloo" : "NCCL") +
+        " trainer weight transfer requires a WeightSource.");
+  }
+  if (params.world_size < 2) {
+    throw protocol::ValueError("world_size must count this trainer and at least one worker, got " +
+                               std::to_string(params.world_size));
+  }
+  auto engine = std::make_unique<Engine>(client, source, params, info.is_sender(), group);
+  if (!engine->is_sender()) return engine;  // only rank 0 joins the transfer group
+  engine->communicator_ =
+      open_group_as_sender(client, params.worker_init_info(), group, params.timeout);
+  return engine;
+}
 
 std::unique_ptr<BroadcastTrainerEngine> BroadcastTrainerEngine::trainer_init(
     const GlooTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
     std::shared_ptr<WeightSource> source) {
-  if (!source) throw protocol::ValueError("Gloo trainer weight transfer requires a WeightSource.");
-  if (info.world_size < 2) {
-    throw protocol::ValueError("world_size must count this trainer and at least one worker, got " +
-                               std::to_string(info.world_size));
-  }
-  auto engine = std::make_unique<BroadcastTrainerEngine>(client, source, info);
-  if (!engine->is_sender()) return engine;  // only rank 0 joins the transfer group
-
-  engine->communicator_ = open_gloo_group_as_sender(client, info.worker_init_info(), info.timeout);
-  return engine;
+  return open<BroadcastTrainerEngine>(info, info, SenderGroup{}, std::move(client),
+                                      std::move(source));
 }
 
-std::unique_ptr<transport::Communicator> open_gloo_group_as_sender(
-    const std::shared_ptr<WeightSyncClient>& client, const protocol::NcclInitInfo& worker_init_info,
-    std::chrono::milliseconds timeout) {
-  nlohmann::json payload = worker_init_info.to_json();
-  AsyncCall init([client, payload] { client->init_weight_transfer_engine(payload); });
-  std::unique_ptr<transport::Communicator> group;
-  try {
-    group = std::make_unique<transport::GlooCommunicator>(transport::GlooRendezvous{
-        *worker_init_info.master_address, static_cast<int>(*worker_init_info.master_port), 0,
-        static_cast<int>(worker_init_info.world_size), timeout});
-  } catch (...) {
-    init.rethrow_if_failed();
-    throw;
-  }
-  init.wait(timeout, "init_weight_transfer_engine");
-  return group;
+std::unique_ptr<NcclTrainerEngine> NcclTrainerEngine::trainer_init(
+    const NcclTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+    std::shared_ptr<WeightSource> source) {
+  SenderGroup group{SenderGroup::Kind::kNccl, info.device, info.use_unique_id};
+  return open<NcclTrainerEngine>(info, info, group, std::move(client), std::move(source));
 }
 
 void BroadcastTrainerEngine::send_weights() {
@@ -152,7 +157,7 @@ void BroadcastTrainerEngine::send_weights() {
 }
 
 void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& meta) {
-  CheckedStream stream(source()->iter(), meta);
+  CheckedStream stream(source()->iter(), meta, group_.tensor_device());
   if (!info_.packed) {
     for (std::size_t i = 0; i < meta.size(); ++i) {
       at::Tensor t = stream.next();
@@ -168,7 +173,7 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
     const auto bytes = static_cast<std::int64_t>(chunk.size_bytes);
     if (!buffer.defined() || buffer.numel() < bytes) {
       buffer = at::empty({std::max<std::int64_t>(bytes, info_.packed_buffer_size_bytes)},
-                         at::TensorOptions().dtype(at::kByte));
+                         at::TensorOptions().dtype(at::kByte).device(group_.tensor_device()));
     }
     at::Tensor send = buffer.narrow(0, 0, bytes);
     for (const auto& slice : chunk.slices)

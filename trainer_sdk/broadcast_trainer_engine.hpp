@@ -1,5 +1,5 @@
 // BroadcastTrainerEngine: the transmit side of vLLM's nccl protocol over any
-// transport::Communicator (gloo here, NCCL on GPUs), keeping every rule of vLLM's
+// transport::Communicator (gloo on the CPU, NCCL on GPUs), keeping every rule of vLLM's
 // NCCLTrainerWeightTransferEngine:
 //  - trainer_init: the sender ships the wire params in init_info (rank_offset 1) on a side
 //    thread while it opens rank 0 of the group here, since both must rendezvous together;
@@ -15,6 +15,7 @@
 
 #include "protocol/chunk_plan.hpp"
 #include "trainer_sdk/gloo_trainer_init_info.hpp"
+#include "trainer_sdk/sender_group.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/communicator.hpp"
 
@@ -32,22 +33,36 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   void shutdown() override;
 
   BroadcastTrainerEngine(std::shared_ptr<WeightSyncClient> client,
-                         std::shared_ptr<WeightSource> source, const GlooTrainerInitInfo& info);
+                         std::shared_ptr<WeightSource> source,
+                         const BroadcastTransferParams& params, bool is_sender, SenderGroup group);
+
+ protected:
+  // Checks the params, builds the engine and, on the sender, opens the group.
+  template <class Engine>
+  static std::unique_ptr<Engine> open(const TrainerInitInfo& info,
+                                      const BroadcastTransferParams& params, SenderGroup group,
+                                      std::shared_ptr<WeightSyncClient> client,
+                                      std::shared_ptr<WeightSource> source);
 
  private:
   void transmit(const std::vector<protocol::ParamMeta>& meta);
 
-  GlooTrainerInitInfo info_;
+  BroadcastTransferParams info_;
+  SenderGroup group_;
   std::unique_ptr<transport::Communicator> communicator_;
 };
 
-// The sender's half of a gloo handshake, shared by the gloo and sparse_gloo engines: ships
-// `worker_init_info` on a side thread while this thread hosts the store and joins the group as
-// rank 0 (both must rendezvous together), then waits for the workers' answer. If the group
-// fails, a failure the workers already reported is raised instead: it is the better diagnosis.
-std::unique_ptr<transport::Communicator> open_gloo_group_as_sender(
-    const std::shared_ptr<WeightSyncClient>& client, const protocol::NcclInitInfo& worker_init_info,
-    std::chrono::milliseconds timeout);
+// The `nccl` backend's trainer side: BroadcastTrainerEngine from a GPU, over NCCL, with either
+// of vLLM's rendezvous modes (trainer_sdk/sender_group.hpp).
+class NcclTrainerEngine final : public BroadcastTrainerEngine {
+ public:
+  using InitInfo = NcclTrainerInitInfo;
+  using BroadcastTrainerEngine::BroadcastTrainerEngine;
+
+  static std::unique_ptr<NcclTrainerEngine> trainer_init(const NcclTrainerInitInfo& init_info,
+                                                         std::shared_ptr<WeightSyncClient> client,
+                                                         std::shared_ptr<WeightSource> source);
+};
 
 // Writes `tensor`'s bytes into `chunk` (a uint8 buffer) where `slice` places them: vLLM's packed
 // layout, plain concatenation with no padding.
@@ -58,9 +73,10 @@ void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::
 // so it is a ValueError naming the first divergent parameter, before it is sent.
 class CheckedStream {
  public:
-  CheckedStream(std::unique_ptr<WeightStream> stream, const std::vector<protocol::ParamMeta>& meta)
-      : stream_(std::move(stream)), meta_(meta) {}
-  // The next tensor, contiguous, on the CPU.
+  CheckedStream(std::unique_ptr<WeightStream> stream, const std::vector<protocol::ParamMeta>& meta,
+                c10::Device device = c10::Device(c10::kCPU))
+      : stream_(std::move(stream)), meta_(meta), device_(device) {}
+  // The next tensor, contiguous, on the stream's device.
   at::Tensor next();
   // After the last tensor: the source must have ended too.
   void finish();
@@ -70,6 +86,7 @@ class CheckedStream {
  private:
   std::unique_ptr<WeightStream> stream_;
   const std::vector<protocol::ParamMeta>& meta_;
+  c10::Device device_;
   std::size_t sent_ = 0;
 };
 

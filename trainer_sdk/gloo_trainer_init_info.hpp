@@ -1,6 +1,9 @@
-// GlooTrainerInitInfo: the trainer side of the `gloo` backend, the same fields as vLLM's
-// NCCLTrainerInitInfo (and the same trainer-side defaults: packed, 1 GiB buffers, 2 in flight).
-// The sender ships the wire params to the worker at the handshake with rank_offset 1.
+// The trainer-side init infos of the broadcast backends, with the fields and trainer-side
+// defaults of vLLM's NCCLTrainerInitInfo (packed, 1 GiB buffers, 2 in flight). The sender ships
+// the wire params to the workers at the handshake with rank_offset 1.
+//
+//   GlooTrainerInitInfo   `gloo`: the nccl protocol over gloo, on the CPU
+//   NcclTrainerInitInfo   `nccl`: vLLM's own, from a GPU of this trainer
 #pragma once
 
 #include <chrono>
@@ -12,18 +15,11 @@
 
 namespace hotswap::trainer_sdk {
 
-struct GlooTrainerInitInfo : TrainerInitInfoFor<GlooTrainerInitInfo> {
-  static constexpr std::string_view backend = "gloo";
-
-  GlooTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
-      : TrainerInitInfoFor(rank),
-        master_address(std::move(master_address)),
-        master_port(master_port),
-        world_size(world_size) {}
-
+// What the dense broadcast backends share.
+struct BroadcastTransferParams {
   std::string master_address;
-  int master_port;
-  int world_size;  // this trainer (1) + every inference worker
+  int master_port = 0;
+  int world_size = 0;  // this trainer (1) + every inference worker
   bool packed = true;
   std::int64_t packed_buffer_size_bytes = protocol::kDefaultPackedBufferSizeBytes;
   std::int64_t packed_num_buffers = protocol::kDefaultPackedNumBuffers;
@@ -31,6 +27,27 @@ struct GlooTrainerInitInfo : TrainerInitInfoFor<GlooTrainerInitInfo> {
 
   // What the sender ships as the workers' init_info.
   protocol::NcclInitInfo worker_init_info() const;
+};
+
+struct GlooTrainerInitInfo : TrainerInitInfoFor<GlooTrainerInitInfo>, BroadcastTransferParams {
+  static constexpr std::string_view backend = "gloo";
+
+  GlooTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
+      : TrainerInitInfoFor(rank),
+        BroadcastTransferParams{std::move(master_address), master_port, world_size} {}
+};
+
+struct NcclTrainerInitInfo : TrainerInitInfoFor<NcclTrainerInitInfo>, BroadcastTransferParams {
+  static constexpr std::string_view backend = "nccl";
+
+  NcclTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
+      : TrainerInitInfoFor(rank),
+        BroadcastTransferParams{std::move(master_address), master_port, world_size} {}
+
+  int device = 0;  // the CUDA device this trainer sends from
+  // Mint the id and ship it as `nccl_unique_id_b64` instead of hosting a TCPStore (vLLM's
+  // rendezvous for torch-free peers; master_address and master_port are then unused).
+  bool use_unique_id = false;
 };
 
 }  // namespace hotswap::trainer_sdk

@@ -42,27 +42,47 @@ void validate_patches(const std::vector<SparsePatch>& patches) {
 }
 
 SparseTrainerEngine::SparseTrainerEngine(std::shared_ptr<WeightSyncClient> client,
-                                         const SparseGlooTrainerInitInfo& info)
-    : TrainerWeightTransferEngine(std::move(client), nullptr, info.is_sender()), info_(info) {}
+                                         const SparseTransferParams& params, bool is_sender,
+                                         SenderGroup group)
+    : TrainerWeightTransferEngine(std::move(client), nullptr, is_sender),
+      info_(params),
+      group_(group) {}
+
+template <class Engine>
+std::unique_ptr<Engine> SparseTrainerEngine::open(const TrainerInitInfo& info,
+                                                  const SparseTransferParams& params,
+                                                  SenderGroup group,
+                                                  std::shared_ptr<WeightSyncClient> client,
+                                                  std::shared_ptr<WeightSource> source) {
+  if (source) {
+    throw protocol::ValueError(
+        std::string(group.kind == SenderGroup::Kind::kGloo ? "Sparse Gloo" : "Sparse NCCL") +
+        " weight transfer takes no WeightSource; pass each round's patches to "
+        "send_weights(patches) instead.");
+  }
+  auto engine = std::make_unique<Engine>(client, params, info.is_sender(), group);
+  if (!engine->is_sender()) return engine;
+  // vLLM's sparse trainer ships unpacked defaults: sparse is never packed.
+  protocol::NcclInitInfo worker;
+  worker.master_address = params.master_address;
+  worker.master_port = params.master_port;
+  worker.rank_offset = 1;
+  worker.world_size = params.world_size;
+  engine->communicator_ = open_group_as_sender(client, worker, group, params.timeout);
+  return engine;
+}
 
 std::unique_ptr<SparseTrainerEngine> SparseTrainerEngine::trainer_init(
     const SparseGlooTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
     std::shared_ptr<WeightSource> source) {
-  if (source) {
-    throw protocol::ValueError(
-        "Sparse Gloo weight transfer takes no WeightSource; pass each round's patches to "
-        "send_weights(patches) instead.");
-  }
-  auto engine = std::make_unique<SparseTrainerEngine>(client, info);
-  if (!engine->is_sender()) return engine;
-  // vLLM's sparse trainer ships unpacked defaults: sparse is never packed.
-  protocol::NcclInitInfo worker;
-  worker.master_address = info.master_address;
-  worker.master_port = info.master_port;
-  worker.rank_offset = 1;
-  worker.world_size = info.world_size;
-  engine->communicator_ = open_gloo_group_as_sender(client, worker, info.timeout);
-  return engine;
+  return open<SparseTrainerEngine>(info, info, SenderGroup{}, std::move(client), std::move(source));
+}
+
+std::unique_ptr<SparseNcclTrainerEngine> SparseNcclTrainerEngine::trainer_init(
+    const SparseNcclTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+    std::shared_ptr<WeightSource> source) {
+  SenderGroup group{SenderGroup::Kind::kNccl, info.device, info.use_unique_id};
+  return open<SparseNcclTrainerEngine>(info, info, group, std::move(client), std::move(source));
 }
 
 void SparseTrainerEngine::send_weights() {
@@ -93,8 +113,8 @@ void SparseTrainerEngine::send_weights(const std::vector<SparsePatch>& patches,
   update.rethrow_if_failed();
   try {
     for (const auto& p : patches) {
-      at::Tensor indices = p.indices.contiguous();
-      at::Tensor values = p.values.contiguous();
+      at::Tensor indices = p.indices.to(group_.tensor_device()).contiguous();
+      at::Tensor values = p.values.to(group_.tensor_device()).contiguous();
       communicator_->broadcast(indices, 0, info_.timeout);
       communicator_->broadcast(values, 0, info_.timeout);
     }

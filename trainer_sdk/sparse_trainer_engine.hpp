@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer_sdk/sender_group.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/communicator.hpp"
@@ -26,17 +27,30 @@ struct SparsePatch {
   std::vector<std::int64_t> full_shape;
 };
 
-struct SparseGlooTrainerInitInfo : TrainerInitInfoFor<SparseGlooTrainerInitInfo> {
+// What the sparse broadcast backends share (vLLM's SparseNCCLTrainerInitInfo's fields).
+struct SparseTransferParams {
+  std::string master_address;
+  int master_port = 0;
+  int world_size = 0;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+struct SparseGlooTrainerInitInfo : TrainerInitInfoFor<SparseGlooTrainerInitInfo>,
+                                   SparseTransferParams {
   static constexpr std::string_view backend = "sparse_gloo";
   SparseGlooTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
       : TrainerInitInfoFor(rank),
-        master_address(std::move(master_address)),
-        master_port(master_port),
-        world_size(world_size) {}
-  std::string master_address;
-  int master_port;
-  int world_size;
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+        SparseTransferParams{std::move(master_address), master_port, world_size} {}
+};
+
+struct SparseNcclTrainerInitInfo : TrainerInitInfoFor<SparseNcclTrainerInitInfo>,
+                                   SparseTransferParams {
+  static constexpr std::string_view backend = "sparse_nccl";
+  SparseNcclTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
+      : TrainerInitInfoFor(rank),
+        SparseTransferParams{std::move(master_address), master_port, world_size} {}
+  int device = 0;              // the CUDA device this trainer sends from
+  bool use_unique_id = false;  // as NcclTrainerInitInfo::use_unique_id
 };
 
 class SparseTrainerEngine : public TrainerWeightTransferEngine {
@@ -46,8 +60,8 @@ class SparseTrainerEngine : public TrainerWeightTransferEngine {
   static std::unique_ptr<SparseTrainerEngine> trainer_init(const SparseGlooTrainerInitInfo& info,
                                                            std::shared_ptr<WeightSyncClient> client,
                                                            std::shared_ptr<WeightSource> source);
-  SparseTrainerEngine(std::shared_ptr<WeightSyncClient> client,
-                      const SparseGlooTrainerInitInfo& info);
+  SparseTrainerEngine(std::shared_ptr<WeightSyncClient> client, const SparseTransferParams& params,
+                      bool is_sender, SenderGroup group);
 
   // A delta backend has nothing to resend: a RuntimeError pointing at send_weights(patches).
   void send_weights() override;
@@ -56,12 +70,30 @@ class SparseTrainerEngine : public TrainerWeightTransferEngine {
                     const std::optional<std::string>& weight_version = std::nullopt);
   void shutdown() override;
 
+ protected:
+  template <class Engine>
+  static std::unique_ptr<Engine> open(const TrainerInitInfo& info,
+                                      const SparseTransferParams& params, SenderGroup group,
+                                      std::shared_ptr<WeightSyncClient> client,
+                                      std::shared_ptr<WeightSource> source);
+
  private:
-  SparseGlooTrainerInitInfo info_;
+  SparseTransferParams info_;
+  SenderGroup group_;
   std::unique_ptr<transport::Communicator> communicator_;
 };
 
-// vLLM's checks on a round of patches (ValueError naming the patch and what is wrong).
+// The `sparse_nccl` backend's trainer side: the same rounds from a GPU, over NCCL.
+class SparseNcclTrainerEngine final : public SparseTrainerEngine {
+ public:
+  using InitInfo = SparseNcclTrainerInitInfo;
+  using SparseTrainerEngine::SparseTrainerEngine;
+
+  static std::unique_ptr<SparseNcclTrainerEngine> trainer_init(
+      const SparseNcclTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+      std::shared_ptr<WeightSource> source);
+};
+
 void validate_patches(const std::vector<SparsePatch>& patches);
 
 }  // namespace hotswap::trainer_sdk

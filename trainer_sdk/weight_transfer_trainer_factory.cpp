@@ -23,6 +23,10 @@ Registry& registry() {
                              WeightTransferTrainerFactory::creator_for<ShmTrainerEngine>());
     instance.register_engine(std::string(SparseGlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<SparseTrainerEngine>());
+    instance.register_engine(std::string(NcclTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<NcclTrainerEngine>());
+    instance.register_engine(std::string(SparseNcclTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<SparseNcclTrainerEngine>());
     return true;
   }();
   (void)builtins_registered;

@@ -8,12 +8,12 @@
 
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <mutex>
 
 #include "protocol/errors.hpp"
 #include "transport/posix_check.hpp"
+#include "transport/rendezvous_store.hpp"
 
 namespace hotswap::transport {
 
@@ -21,7 +21,7 @@ Communicator::~Communicator() = default;
 
 struct GlooCommunicator::State {
   std::mutex mutex;  // guards the pointers below against abort() from another thread
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::unique_ptr<RendezvousStore> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> current() {
@@ -78,27 +78,18 @@ GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)
     throw protocol::ValueError("gloo rank " + std::to_string(r.rank) + " is outside world_size " +
                                std::to_string(r.world_size));
   }
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(r.master_port);
-  options.isServer = r.rank == 0;
-  options.numWorkers = static_cast<std::size_t>(r.world_size);
-  options.waitWorkers = true;
-  options.timeout = r.timeout;
+  state_->store = std::make_unique<RendezvousStore>(r);
   try {
-    state_->store = c10::make_intrusive<c10d::TCPStore>(r.master_address, options);
     auto group_options = c10d::ProcessGroupGloo::Options::create(r.timeout);
     group_options->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(r.master_address)));
     group_options->threads = 1;
-    state_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(state_->store, r.rank, r.world_size,
-                                                                group_options);
+    state_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(state_->store->store(), r.rank,
+                                                                r.world_size, group_options);
   } catch (const protocol::Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw protocol::TransferError("gloo rendezvous at " + r.master_address + ":" +
-                                  std::to_string(r.master_port) + " as rank " +
-                                  std::to_string(r.rank) + " of " + std::to_string(r.world_size) +
-                                  " failed: " + e.what());
+    throw protocol::TransferError("gloo rendezvous at " + r.describe() + " failed: " + e.what());
   }
   // The warm-up all-reduce vLLM's communicators issue before any broadcast.
   at::Tensor warm = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));

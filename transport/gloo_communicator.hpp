@@ -9,16 +9,11 @@
 #include <string>
 
 #include "transport/communicator.hpp"
+#include "transport/rendezvous_store.hpp"
 
 namespace hotswap::transport {
 
-struct GlooRendezvous {
-  std::string master_address;
-  int master_port = 0;
-  int rank = 0;
-  int world_size = 0;
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-};
+using GlooRendezvous = Rendezvous;
 
 class GlooCommunicator final : public Communicator {
  public:

@@ -145,6 +145,9 @@ BOOST_AUTO_TEST_CASE(update_info_parses_and_round_trips) {
 BOOST_AUTO_TEST_CASE(empty_lists_are_a_valid_zero_parameter_round) {
   auto info = NcclUpdateInfo::from_json(update(json::array(), json::array(), json::array()));
   BOOST_TEST(info.params.empty());
+  // vLLM 0.33: every list defaults to empty ("the previous round's metadata").
+  BOOST_TEST(NcclUpdateInfo::from_json(json::object()).params.empty());
+  BOOST_TEST(NcclUpdateInfo::from_json({{"names", json::array()}}).params.empty());
 }
 
 BOOST_AUTO_TEST_CASE(update_info_length_mismatches_use_vllms_messages) {
@@ -168,8 +171,8 @@ BOOST_AUTO_TEST_CASE(unknown_dtype_and_bad_shapes_are_rejected_before_anything_m
       "overflows 64 bits");
   HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json(update({1}, {"float32"}, {{1}})), ValueError,
                           "field `names[0]` must be a string, got integer 1");
-  HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json({{"names", json::array()}}), ValueError,
-                          "missing 2 required positional arguments: 'dtype_names' and 'shapes'");
+  HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json({{"names", {"w"}}}), ValueError,
+                          "`dtype_names` should be of the same size as `names`: got 0 and 1");
 }
 
 BOOST_AUTO_TEST_CASE(e1_packing_in_update_info_overrides_the_handshake_for_that_round) {

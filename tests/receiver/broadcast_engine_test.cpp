@@ -118,6 +118,52 @@ BOOST_AUTO_TEST_CASE(packed_across_many_chunk_boundaries_with_misaligned_slices)
     round_trip(true, buffer);
 }
 
+// vLLM 0.33's trainer: when a round's metadata is the previous round's, it sends empty lists.
+class MetadataElidingClient final : public trainer_sdk::WeightSyncClient {
+ public:
+  explicit MetadataElidingClient(std::shared_ptr<InProcessClient> inner) : inner_(inner) {}
+  void init_weight_transfer_engine(const json& init_info) override {
+    inner_->init_weight_transfer_engine(init_info);
+  }
+  void start_weight_update() override { inner_->start_weight_update(); }
+  void update_weights(const json& update_info) override {
+    const bool same = update_info == last_;
+    last_ = update_info;
+    inner_->update_weights(same ? json{{"names", json::array()},
+                                       {"dtype_names", json::array()},
+                                       {"shapes", json::array()}}
+                                : update_info);
+  }
+  void finish_weight_update(const std::optional<std::string>& v) override {
+    inner_->finish_weight_update(v);
+  }
+
+ private:
+  std::shared_ptr<InProcessClient> inner_;
+  json last_;
+};
+
+BOOST_AUTO_TEST_CASE(empty_lists_reuse_the_previous_rounds_metadata_as_vllm_0_33_does) {
+  auto model = std::make_shared<testing::RecordingModel>();
+  auto engine = receiver::WeightTransferEngineFactory::create_engine(
+      receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 20s});
+  auto client = std::make_shared<MetadataElidingClient>(std::make_shared<InProcessClient>(*engine));
+  auto tensors = mixed_tensors();
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+  info.packed_buffer_size_bytes = 64;
+  info.timeout = 20s;
+  auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+      info, client, std::make_shared<trainer_sdk::TensorListSource>(tensors));
+  for (int round = 0; round < 3; ++round) {  // rounds 2 and 3 carry no metadata
+    model->loaded.clear();
+    trainer->send_weights();
+    BOOST_REQUIRE_EQUAL(model->loaded.size(), tensors.size());
+    BOOST_TEST(at::equal(model->loaded.back().second, tensors.back().second));
+  }
+  trainer->shutdown();
+  engine->shutdown();
+}
+
 BOOST_AUTO_TEST_CASE(iteration_that_disagrees_with_metadata_is_refused_by_name) {
   auto model = std::make_shared<testing::RecordingModel>();
   auto engine = receiver::WeightTransferEngineFactory::create_engine(

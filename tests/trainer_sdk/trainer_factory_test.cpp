@@ -1,3 +1,4 @@
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -6,6 +7,8 @@
 
 #include <ATen/ops/zeros.h>
 
+#include "protocol/errors.hpp"
+#include "protocol/nccl_info.hpp"
 #include "test_support.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 
@@ -162,6 +165,37 @@ BOOST_AUTO_TEST_CASE(an_engine_given_another_backends_init_info_says_so) {
   HOTSWAP_CHECK_THROW_MSG(
       Factory::trainer_init(Impostor(), std::make_shared<RecordingClient>(), small_source()),
       protocol::ValueError, "trainer engine 'factory_test_echo' was given a ");
+}
+
+BOOST_AUTO_TEST_CASE(the_nccl_sender_ships_a_minted_unique_id_in_unique_id_mode) {
+  auto client = std::make_shared<RecordingClient>();
+  trainer_sdk::NcclTrainerInitInfo info("", 0, 2, 0);
+  info.use_unique_id = true;
+  info.timeout = std::chrono::seconds(3);
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(
+      std::vector<std::pair<std::string, at::Tensor>>{{"w", at::zeros({2})}});
+  try {
+    trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    BOOST_FAIL("an NCCL group opened with no worker in it");
+  } catch (const protocol::Error& e) {
+    const std::string what = e.what();
+#ifdef HOTSWAP_WITH_CUDA
+    // No GPU here: the device is the failure; on a GPU, the worker that never joins is.
+    BOOST_TEST((what.find("cudaSetDevice") != std::string::npos ||
+                what.find("NCCL init as rank 0 of 2") != std::string::npos),
+               what);
+    // The workers were sent the id and no TCP fields, as vLLM's unique-id mode has it.
+    BOOST_REQUIRE(client->payloads.size() == 1u);
+    const json& init = client->payloads[0];
+    BOOST_TEST(!init.contains("master_address"));
+    auto parsed = protocol::NcclInitInfo::from_json(init);
+    BOOST_TEST(parsed.nccl_unique_id.size() == 128u);
+    BOOST_TEST(init["rank_offset"] == 1);
+    BOOST_TEST(init["packed"] == true);
+#else
+    BOOST_TEST(what.find("need a GPU build of hotswap") != std::string::npos, what);
+#endif
+  }
 }
 
 BOOST_AUTO_TEST_CASE(plugin_trainer_engine_loads_lazily_from_its_library) {

@@ -256,6 +256,26 @@ BOOST_FIXTURE_TEST_CASE(an_unknown_backend_stops_the_worker_with_the_available_o
       });
 }
 
+BOOST_FIXTURE_TEST_CASE(gpu_backends_on_a_cpu_worker_stop_it_saying_what_to_change, Fixture) {
+  for (const std::string backend : {"nccl", "sparse_nccl"}) {
+#ifdef HOTSWAP_WITH_CUDA
+    const std::string wanted = "the " + backend +
+                               " backend moves weights between GPUs, but this worker runs on "
+                               "cpu; start it with --device cuda:N";
+#else
+    const std::string wanted = "needs a GPU build of hotswap";
+#endif
+    BOOST_CHECK_EXCEPTION(
+        WorkerProcess({"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+                       R"({"backend": ")" + backend + R"("})"}),
+        std::runtime_error, [&](const std::runtime_error& e) {
+          const std::string what = e.what();
+          if (what.find(wanted) == std::string::npos) BOOST_TEST_MESSAGE(what);
+          return what.find(wanted) != std::string::npos;
+        });
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(a_long_call_does_not_block_the_socket, Fixture) {
   auto worker = start();
   auto long_client = client_for(*worker);

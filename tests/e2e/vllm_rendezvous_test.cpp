@@ -1,0 +1,114 @@
+// NCCL's TCP rendezvous against the store vLLM's trainer hosts: Debian's python3-torch runs a
+// c10d TCPStore as vLLM's StatelessProcessGroup does (tests/e2e/vllm_store_peer.py), and
+// hotswap joins it as a worker rank and reads the pickled unique id — and the other way round,
+// hotswap hosts (as its C++ trainer does) and the Python rank unpickles hotswap's pickle.
+#include <boost/test/unit_test.hpp>
+
+#include <future>
+
+#include "protocol/errors.hpp"
+#include "protocol/nccl_info.hpp"
+#include "receiver/nccl_engine.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "transport/nccl_unique_id.hpp"
+#include "transport/rendezvous_store.hpp"
+#include "worker/child_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The "id <hex>" line of the Python peer.
+std::string printed_id(worker::ChildProcess& peer) {
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& line : peer.take_lines()) {
+      if (line.starts_with("id ")) return line.substr(3);
+    }
+    if (!peer.read_output(100ms) && peer.poll_exit()) break;
+  }
+  BOOST_FAIL("the Python peer printed no id: " + peer.output());
+  return {};
+}
+
+std::string hex(const transport::NcclUniqueId& id) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (auto b : id) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+worker::ChildProcess python_peer(const std::string& role, int port) {
+  return worker::ChildProcess(
+      "/usr/bin/python3",
+      {std::string(HOTSWAP_E2E_DIR) + "/vllm_store_peer.py", role, std::to_string(port)});
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(vllm_rendezvous)
+
+BOOST_AUTO_TEST_CASE(a_worker_rank_reads_the_id_from_a_python_hosted_store) {
+  const int port = transport::pick_free_port();
+  auto peer = python_peer("host", port);
+  transport::RendezvousStore store({"127.0.0.1", port, 1, 2, 30s});  // retries until it is up
+  auto id = transport::unique_id_from_pickle(store.get(transport::stateless_broadcast_key(0, 0)));
+  BOOST_TEST(hex(id) == printed_id(peer));
+  store.set("hotswap_done", "1");
+  BOOST_TEST(peer.wait_exit(30s).value_or(-2) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_python_rank_unpickles_the_id_from_a_hotswap_hosted_store) {
+  const int port = transport::pick_free_port();
+  auto peer = python_peer("join", port);
+  transport::RendezvousStore store({"127.0.0.1", port, 0, 2, 30s});  // waits for its registration
+  transport::NcclUniqueId id{};
+  for (std::size_t i = 0; i < id.size(); ++i)
+    id[i] = static_cast<std::uint8_t>(i * 29 + 3);
+  store.set(transport::stateless_broadcast_key(0, 0), transport::pickle_unique_id(id));
+  BOOST_TEST(printed_id(peer) == hex(id));
+  store.set("hotswap_done", "1");
+  BOOST_TEST(peer.wait_exit(30s).value_or(-2) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_key_times_out_naming_it) {
+  const int port = transport::pick_free_port();
+  auto peer = python_peer("join", port);  // registers, then waits for an id nobody sets
+  transport::RendezvousStore store({"127.0.0.1", port, 0, 2, 1s});
+  BOOST_CHECK_EXCEPTION(store.get("broadcast_from/0/1"), protocol::TimeoutError, [](const auto& e) {
+    return std::string(e.what()).find("'broadcast_from/0/1' did not appear") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE(the_nccl_engine_joins_a_python_hosted_store_then_opens_nccl_on_its_gpu) {
+  const int port = transport::pick_free_port();
+  auto peer = python_peer("host", port);
+  auto factory = receiver::nccl_communicator_factory(c10::Device(c10::kCUDA, 0));
+  auto info = protocol::NcclInitInfo::from_json({{"master_address", "127.0.0.1"},
+                                                 {"master_port", port},
+                                                 {"rank_offset", 1},
+                                                 {"world_size", 2}});
+  // The rendezvous is the same everywhere; what follows needs a GPU (and on a GPU machine, a
+  // peer that joins NCCL too, which this Python host never does: a timeout).
+  try {
+    factory(info, 1, 5s);
+    BOOST_FAIL("an NCCL communicator opened without a peer");
+  } catch (const protocol::Error& e) {
+    const std::string what = e.what();
+#ifdef HOTSWAP_WITH_CUDA
+    BOOST_TEST_MESSAGE("without a GPU peer: " << what);
+    BOOST_TEST((what.find("cudaSetDevice") != std::string::npos ||
+                what.find("NCCL init as rank 1 of 2") != std::string::npos),
+               what);
+#else
+    BOOST_TEST(what.find("need a GPU build of hotswap") != std::string::npos, what);
+#endif
+  }
+  BOOST_TEST(printed_id(peer).size() == 256u);  // the host did publish its id
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,68 @@
+#include "trainer_sdk/sender_group.hpp"
+
+#include "protocol/base64.hpp"
+#include "protocol/errors.hpp"
+#include "trainer_sdk/async_call.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "transport/nccl_unique_id.hpp"
+#ifdef HOTSWAP_WITH_CUDA
+#include "transport/nccl_communicator.hpp"
+#endif
+
+namespace hotswap::trainer_sdk {
+
+c10::Device SenderGroup::tensor_device() const {
+  if (kind == Kind::kGloo) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
+}
+
+std::unique_ptr<transport::Communicator> open_group_as_sender(
+    const std::shared_ptr<WeightSyncClient>& client, protocol::NcclInitInfo worker_init_info,
+    const SenderGroup& group, std::chrono::milliseconds timeout) {
+#ifndef HOTSWAP_WITH_CUDA
+  if (group.kind == SenderGroup::Kind::kNccl) {
+    throw protocol::ValueError(
+        "NCCL trainer engines need a GPU build of hotswap; this one was built without CUDA and "
+        "NCCL (configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
+  }
+#else
+  transport::NcclUniqueId id{};
+  if (group.kind == SenderGroup::Kind::kNccl) id = transport::new_nccl_unique_id();
+  if (group.kind == SenderGroup::Kind::kNccl && group.nccl_unique_id) {
+    worker_init_info.master_address.reset();
+    worker_init_info.master_port.reset();
+    worker_init_info.nccl_unique_id.assign(id.begin(), id.end());
+    worker_init_info.nccl_unique_id_b64 = protocol::base64_encode(id);
+  }
+#endif
+  const transport::Rendezvous rendezvous{worker_init_info.master_address.value_or(""),
+                                         static_cast<int>(worker_init_info.master_port.value_or(0)),
+                                         0, static_cast<int>(worker_init_info.world_size), timeout};
+  nlohmann::json payload = worker_init_info.to_json();
+  AsyncCall init([client, payload] { client->init_weight_transfer_engine(payload); });
+  std::unique_ptr<transport::Communicator> communicator;
+  try {
+    if (group.kind == SenderGroup::Kind::kGloo) {
+      communicator = std::make_unique<transport::GlooCommunicator>(rendezvous);
+    } else {
+#ifdef HOTSWAP_WITH_CUDA
+      std::unique_ptr<transport::RendezvousStore> store;
+      if (!group.nccl_unique_id) {
+        // vLLM's StatelessProcessGroup.broadcast_obj of the id: the group's first broadcast.
+        store = std::make_unique<transport::RendezvousStore>(rendezvous);
+        store->set(transport::stateless_broadcast_key(0, 0), transport::pickle_unique_id(id));
+      }
+      communicator = std::make_unique<transport::NcclCommunicator>(
+          transport::NcclSetup{id, 0, rendezvous.world_size, group.device, timeout},
+          std::move(store));
+#endif
+    }
+  } catch (...) {
+    init.rethrow_if_failed();
+    throw;
+  }
+  init.wait(timeout, "init_weight_transfer_engine");
+  return communicator;
+}
+
+}  // namespace hotswap::trainer_sdk

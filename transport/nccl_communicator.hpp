@@ -1,0 +1,78 @@
+// NcclCommunicator (GPU builds): a Communicator over one NCCL communicator, for the `nccl` and
+// `sparse_nccl` backends. Plain NCCL and CUDA runtime C APIs on tensor data pointers, so it
+// builds against a CPU-only libtorch too.
+//
+// - Init is non-blocking (ncclConfig_t.blocking = 0) and polled, so a peer that never joins
+//   ends in a TimeoutError after the timeout instead of a hang; then the one-element float32
+//   all-reduce every vLLM communicator issues first.
+// - Each collective runs on the communicator's own stream, created blocking with respect to
+//   the legacy default stream that libtorch's default stream is: work queued by libtorch on the
+//   tensors before the call is ordered before the collective, without a device sync. The call
+//   returns once the collective has completed on the device (polled with the communicator's
+//   async error), so the bytes are in place when it returns.
+// - On a timeout or an asynchronous NCCL error the communicator is aborted (ncclCommAbort), so a
+//   dead peer never leaves the worker blocked; the engine then drops it and a new handshake
+//   builds a fresh one.
+// - Datatypes follow vLLM's ncclDataTypeEnum.from_torch for the dtypes it maps; others (and
+//   packed chunks) travel as bytes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+
+#include "transport/communicator.hpp"
+#include "transport/nccl_unique_id.hpp"
+#include "transport/rendezvous_store.hpp"
+
+namespace hotswap::transport {
+
+struct NcclSetup {
+  NcclUniqueId unique_id{};
+  int rank = 0;
+  int world_size = 0;
+  int device = 0;  // CUDA device index
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+// NCCL's datatype enum value for a dtype (vLLM's mapping), or ncclUint8 with the element count
+// scaled to bytes for a dtype NCCL has no type for. Defined in every build: the mapping is
+// checked by tests on machines without NCCL, too.
+struct NcclElements {
+  int datatype;  // an ncclDataType_t value
+  std::size_t count;
+};
+NcclElements nccl_elements_of(const at::Tensor& tensor);
+
+#ifdef HOTSWAP_WITH_CUDA
+// A fresh unique id (ncclGetUniqueId), what rank 0 of a group mints and shares.
+NcclUniqueId new_nccl_unique_id();
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Joins the group (TransferError or TimeoutError on failure). `store`, when the rendezvous
+  // went through one, stays alive with the communicator, as vLLM keeps its group's.
+  NcclCommunicator(const NcclSetup& setup, std::unique_ptr<RendezvousStore> store = nullptr);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return setup_.rank; }
+  int world_size() const override { return setup_.world_size; }
+  void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
+  void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
+  void abort() override;
+
+ private:
+  struct Handles;
+  template <class Enqueue>
+  void run(const char* what, Enqueue enqueue, std::chrono::milliseconds timeout);
+
+  NcclSetup setup_;
+  std::unique_ptr<RendezvousStore> store_;
+  std::unique_ptr<Handles> handles_;
+};
+#endif
+
+}  // namespace hotswap::transport

@@ -1,0 +1,57 @@
+// RendezvousStore: the c10d TCPStore of a weight-transfer group, built the way vLLM's
+// StatelessProcessGroup builds it, so that hotswap and vLLM processes can meet in one group.
+// Rank 0 (the trainer) hosts the store at master_address:master_port and blocks until
+// `world_size` ranks have registered (the "init/" counter); every other rank connects (retrying
+// until the timeout: the host may come up later) and registers. Keys travel with c10d's "/"
+// prefix, as Python's `store.get("broadcast_from/0/0")` sends them.
+//
+// gloo builds its process group on the store; NCCL's TCP mode only reads the unique id that
+// rank 0 put under `broadcast_from/0/0` (transport/nccl_unique_id.hpp).
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace c10d {
+class Store;
+class TCPStore;
+}  // namespace c10d
+
+namespace hotswap::transport {
+
+struct Rendezvous {
+  std::string master_address;
+  int master_port = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+
+  std::string describe() const;  // "127.0.0.1:29500 as rank 1 of 3"
+};
+
+class RendezvousStore {
+ public:
+  // Blocks as described above; TransferError naming the rendezvous when it fails or times out,
+  // ValueError for a rank outside the world.
+  explicit RendezvousStore(const Rendezvous& rendezvous);
+  ~RendezvousStore();
+  RendezvousStore(RendezvousStore&&) noexcept;
+  RendezvousStore& operator=(RendezvousStore&&) noexcept;
+
+  const Rendezvous& rendezvous() const { return rendezvous_; }
+  c10::intrusive_ptr<c10d::Store> store() const;
+
+  void set(const std::string& key, std::string_view value);
+  // Waits for `key` up to the rendezvous timeout (TimeoutError naming the key).
+  std::string get(const std::string& key);
+
+ private:
+  Rendezvous rendezvous_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+};
+
+}  // namespace hotswap::transport
