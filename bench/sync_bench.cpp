@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_support.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
@@ -32,47 +33,13 @@
 
 using namespace hotswap;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::llama_of_size;
+using bench::peak_rss;
+using bench::since;
 using nlohmann::json;
 
 namespace {
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-void report(const std::string& what, double value, const std::string& unit, json extra = {}) {
-  std::printf("%-52s %10.3f %s\n", what.c_str(), value, unit.c_str());
-  json line = {{"bench", "sync"}, {"measure", what}, {"value", value}, {"unit", unit}};
-  if (extra.is_object()) line.update(extra);
-  std::cout << line.dump() << std::endl;
-}
-
-// Peak resident set (VmHWM) of a process, in bytes.
-std::uint64_t peak_rss(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
-model_loader::ModelConfig llama_of_size(double gigabytes) {
-  // 2048 wide, vocab 32000; layers chosen for the size (each ~0.2 GB in bf16).
-  model_loader::ModelConfig c;
-  c.hidden_size = 2048;
-  c.intermediate_size = 5632;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 4;
-  c.head_dim = 128;
-  c.vocab_size = 32000;
-  c.torch_dtype = protocol::DType::kBFloat16;
-  double embed = 2.0 * 2 * 32000 * 2048 / 1e9,
-         layer = 2.0 * (2048.0 * 3072 + 2048.0 * 2048 + 3.0 * 2048 * 5632) / 1e9;
-  c.num_hidden_layers =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>((gigabytes - embed) / layer));
-  return model_loader::ModelConfig::from_json(c.to_json());
-}
 
 // One memcpy of `bytes` (single thread), the limit shm is held against.
 double memcpy_seconds(std::size_t bytes) {
@@ -130,9 +97,7 @@ int main(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   bool large = argc > 1 && std::string(argv[1]) == "--large";
-  std::string worker_binary =
-      (fs::canonical("/proc/self/exe").parent_path().parent_path() / "worker/hotswap-worker")
-          .string();
+  const std::string worker_binary = bench::worker_binary();
   fs::path work = fs::temp_directory_path() / ("hotswap-sync-bench-" + std::to_string(::getpid()));
   std::vector<double> sizes = {0.5, 2.0};
   if (large) sizes.push_back(8.0);
@@ -143,11 +108,11 @@ int run(int argc, char** argv) {
     options.seed = 1;
     std::uint64_t bytes = model_loader::write_synthetic_checkpoint(work / "model", config, options);
     std::string size = std::to_string(bytes / 1000000) + " MB";
-    report("model " + size + ": one memcpy of the model (limit)",
-           bytes / memcpy_seconds(bytes) / 1e9, "GB/s", {{"bytes", bytes}});
+    bench::report("sync", "model " + size + ": one memcpy of the model (limit)",
+                  bytes / memcpy_seconds(bytes) / 1e9, "GB/s", {{"bytes", bytes}});
     double raw_gloo = bytes / raw_gloo_seconds(bytes) / 1e9;
-    report("model " + size + ": raw gloo broadcast, loopback (limit)", raw_gloo, "GB/s",
-           {{"bytes", bytes}});
+    bench::report("sync", "model " + size + ": raw gloo broadcast, loopback (limit)", raw_gloo,
+                  "GB/s", {{"bytes", bytes}});
 
     // The trainer's source: the checkpoint, one step along.
     auto checkpoint = model_loader::Checkpoint::open(work / "model");
@@ -214,11 +179,11 @@ int run(int argc, char** argv) {
       } else {
         extra["ratio_to_raw_gloo"] = gbps / raw_gloo;  // target ≥ 0.9
       }
-      report("model " + size + ": full sync over " + label, gbps, "GB/s", extra);
+      bench::report("sync", "model " + size + ": full sync over " + label, gbps, "GB/s", extra);
       std::uint64_t rss = peak_rss(worker.pid());
       std::uint64_t budget = static_cast<std::uint64_t>(1.1 * (2.0 * bytes + buffers));
-      report("model " + size + ": worker peak RSS, staged, " + label, rss / 1e9, "GB",
-             {{"budget_gb", budget / 1e9}, {"within_budget", rss <= budget}});
+      bench::report("sync", "model " + size + ": worker peak RSS, staged, " + label, rss / 1e9,
+                    "GB", {{"budget_gb", budget / 1e9}, {"within_budget", rss <= budget}});
       engine->shutdown();
       worker.stop();
     }

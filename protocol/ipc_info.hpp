@@ -2,12 +2,13 @@
 // handles as a Python pickle (`ipc_handles_pickled`); hotswap never unpickles anything, so a
 // handle travels as JSON instead:
 //
-//   "ipc_handles": [ {"GPU-<uuid>": {"handle": "<base64 of the 64-byte cudaIpcMemHandle_t>",
+//   "ipc_handles": [ {"<gpu uuid>": {"handle": "<base64 of the 64-byte cudaIpcMemHandle_t>",
 //                                    "offset_bytes": 0, "size_bytes": 4096}}, ... ]
 //
 // one object per parameter (unpacked), or a single {uuid: handle} object for a packed chunk
 // (one buffer reused for every chunk, with `tensor_sizes` giving each parameter's bytes in it).
-// Keys are the physical GPUs' UUIDs, so a multi-GPU trainer may offer one handle per GPU.
+// Keys are the physical GPUs' UUIDs as torch prints them (str(get_device_properties(i).uuid):
+// lowercase 8-4-4-4-12 hex, no "GPU-" prefix), so a multi-GPU trainer may offer one per GPU.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include "protocol/plugin_registry.hpp"
 #include "receiver/broadcast_engine.hpp"
 #include "receiver/disk_engine.hpp"
+#include "receiver/ipc_engine.hpp"
 #include "receiver/nccl_engine.hpp"
 #include "receiver/shm_engine.hpp"
 #include "receiver/sparse_broadcast_engine.hpp"
@@ -22,6 +23,7 @@ Registry& registry() {
           std::make_unique<DiskWeightTransferEngine>(context));
     });
     instance.register_engine("gloo", make_gloo_engine);
+    instance.register_engine("ipc", make_ipc_engine);
     instance.register_engine("nccl", make_nccl_engine);
     instance.register_engine("sparse_nccl", make_sparse_nccl_engine);
     instance.register_engine("sparse_gloo", make_sparse_gloo_engine);

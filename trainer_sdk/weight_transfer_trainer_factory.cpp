@@ -3,6 +3,7 @@
 #include "protocol/plugin_registry.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
+#include "trainer_sdk/ipc_trainer_engine.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 
@@ -23,6 +24,8 @@ Registry& registry() {
                              WeightTransferTrainerFactory::creator_for<ShmTrainerEngine>());
     instance.register_engine(std::string(SparseGlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<SparseTrainerEngine>());
+    instance.register_engine(std::string(IpcTrainerInitInfo::backend),
+                             WeightTransferTrainerFactory::creator_for<IpcTrainerEngine>());
     instance.register_engine(std::string(NcclTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<NcclTrainerEngine>());
     instance.register_engine(std::string(SparseNcclTrainerInitInfo::backend),

@@ -5,6 +5,8 @@
 
 #include <dlfcn.h>
 
+#include <future>
+
 #include <ATen/ops/zeros.h>
 
 #include "protocol/errors.hpp"
@@ -167,8 +169,19 @@ BOOST_AUTO_TEST_CASE(an_engine_given_another_backends_init_info_says_so) {
       protocol::ValueError, "trainer engine 'factory_test_echo' was given a ");
 }
 
+// Hands the init payload, sent from the engine's side thread, to the test thread.
+class InitCapturingClient final : public trainer_sdk::WeightSyncClient {
+ public:
+  void init_weight_transfer_engine(const json& init_info) override { init.set_value(init_info); }
+  void start_weight_update() override {}
+  void update_weights(const json&) override {}
+  void finish_weight_update(const std::optional<std::string>&) override {}
+  std::promise<json> init;
+};
+
 BOOST_AUTO_TEST_CASE(the_nccl_sender_ships_a_minted_unique_id_in_unique_id_mode) {
-  auto client = std::make_shared<RecordingClient>();
+  auto client = std::make_shared<InitCapturingClient>();
+  auto sent = client->init.get_future();
   trainer_sdk::NcclTrainerInitInfo info("", 0, 2, 0);
   info.use_unique_id = true;
   info.timeout = std::chrono::seconds(3);
@@ -185,8 +198,8 @@ BOOST_AUTO_TEST_CASE(the_nccl_sender_ships_a_minted_unique_id_in_unique_id_mode)
                 what.find("NCCL init as rank 0 of 2") != std::string::npos),
                what);
     // The workers were sent the id and no TCP fields, as vLLM's unique-id mode has it.
-    BOOST_REQUIRE(client->payloads.size() == 1u);
-    const json& init = client->payloads[0];
+    BOOST_REQUIRE(sent.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    const json init = sent.get();
     BOOST_TEST(!init.contains("master_address"));
     auto parsed = protocol::NcclInitInfo::from_json(init);
     BOOST_TEST(parsed.nccl_unique_id.size() == 128u);

@@ -1,6 +1,7 @@
 // hotswap-trainer: a stand-in RL trainer. Loads a checkpoint as its source, and each round
-// applies a deterministic simulated training step (or, for sparse_gloo, a deterministic sparse
-// delta), pushes it into the workers, optionally verifies bit for bit, and prints what it moved.
+// applies a deterministic simulated training step (or, for the sparse backends, a deterministic
+// sparse delta), pushes it into the workers, optionally verifies bit for bit, and prints what it
+// moved.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/ipc_trainer_engine.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
@@ -59,10 +61,12 @@ int main(int argc, char** argv) {
   double step_scale = 0.01, timeout_seconds = 300;
   std::uint64_t seed = 0;
   std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes;
-  bool shm_arena = false;
+  bool shm_arena = false, nccl_unique_id = false;
+  int device = 0;
   bool packed = true, verify = false;
   app.add_option("--workers", workers, "control endpoints, comma-separated")->required();
-  app.add_option("--backend", backend, "gloo | shm | sparse_gloo | disk")->required();
+  app.add_option("--backend", backend, "gloo | shm | sparse_gloo | disk | nccl | sparse_nccl | ipc")
+      ->required();
   app.add_option("--source", source_dir, "checkpoint directory the trainer starts from")
       ->required();
   app.add_option("--rounds", rounds)->capture_default_str();
@@ -70,13 +74,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--step-scale", step_scale, "size of each simulated step")->capture_default_str();
   app.add_option("--seed", seed);
-  app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo)");
+  app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo, nccl, ipc)");
   app.add_option("--buffer-size", buffer_size, "packed chunk size in bytes")->capture_default_str();
+  app.add_option("--device", device, "nccl, sparse_nccl, ipc: the CUDA device to send from")
+      ->capture_default_str();
+  app.add_flag("--nccl-unique-id", nccl_unique_id,
+               "nccl, sparse_nccl: ship a minted nccl_unique_id_b64 instead of hosting a TCPStore");
   app.add_flag("--shm-arena", shm_arena,
                "shm: keep the trainer's weights in shared memory; workers read them in place");
   app.add_flag("--verify", verify, "check the workers' weights bit for bit after each round");
-  app.add_option("--master-address", master_address, "gloo rendezvous host")->capture_default_str();
-  app.add_option("--master-port", master_port, "gloo rendezvous port (default: a free one)");
+  app.add_option("--master-address", master_address, "gloo and nccl rendezvous host")
+      ->capture_default_str();
+  app.add_option("--master-port", master_port,
+                 "gloo and nccl rendezvous port (default: a free one)");
   app.add_option("--disk-dir", disk_dir, "shared directory for the disk backend");
   app.add_option("--timeout", timeout_seconds, "seconds for every wait")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -127,9 +137,29 @@ int main(int argc, char** argv) {
       info.packed_buffer_size_bytes = buffer_size;
       info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    } else if (backend == "nccl") {
+      trainer_sdk::NcclTrainerInitInfo info(master_address, master_port, world_size, rank);
+      info.packed = packed;
+      info.packed_buffer_size_bytes = buffer_size;
+      info.timeout = timeout;
+      info.device = device;
+      info.use_unique_id = nccl_unique_id;
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    } else if (backend == "ipc") {
+      trainer_sdk::IpcTrainerInitInfo info(rank);
+      info.packed = packed;
+      info.packed_buffer_size_bytes = buffer_size;
+      info.device = device;
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else if (backend == "sparse_gloo") {
       trainer_sdk::SparseGlooTrainerInitInfo info(master_address, master_port, world_size, rank);
       info.timeout = timeout;
+      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
+    } else if (backend == "sparse_nccl") {
+      trainer_sdk::SparseNcclTrainerInitInfo info(master_address, master_port, world_size, rank);
+      info.timeout = timeout;
+      info.device = device;
+      info.use_unique_id = nccl_unique_id;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
     } else if (backend == "disk") {
       if (disk_dir.empty()) {
@@ -147,14 +177,14 @@ int main(int argc, char** argv) {
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else {
       throw protocol::ValueError("unknown --backend '" + backend +
-                                 "' (gloo, shm, sparse_gloo or disk)");
+                                 "' (gloo, shm, sparse_gloo, disk, nccl, sparse_nccl or ipc)");
     }
 
     for (int round = 1; round <= rounds; ++round) {
       std::string version = "round-" + std::to_string(round);
       std::uint64_t bytes = 0;
       auto start = Clock::now();
-      if (backend == "sparse_gloo") {
+      if (backend.starts_with("sparse_")) {
         // A deterministic sparse delta: a few elements of every tensor of two dimensions.
         std::vector<trainer_sdk::SparsePatch> patches;
         for (std::size_t i = 0; i < tensors.size(); ++i) {

@@ -1,0 +1,69 @@
+// What the sync benchmarks share: the synthetic model of a given size, the report format (a
+// table line and one JSON line per measurement), and the worker binary beside the bench.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model_loader/model_config.hpp"
+
+namespace hotswap::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+inline void report(const std::string& bench, const std::string& what, double value,
+                   const std::string& unit, nlohmann::json extra = {}) {
+  std::printf("%-56s %10.3f %s\n", what.c_str(), value, unit.c_str());
+  nlohmann::json line = {{"bench", bench}, {"measure", what}, {"value", value}, {"unit", unit}};
+  if (extra.is_object()) line.update(extra);
+  std::cout << line.dump() << std::endl;
+}
+
+// Peak resident set (VmHWM) of a process, in bytes.
+inline std::uint64_t peak_rss(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// A bf16 Llama of about `gigabytes`: 2048 wide, vocab 32000, layers chosen for the size (each
+// ~0.2 GB).
+inline model_loader::ModelConfig llama_of_size(double gigabytes) {
+  model_loader::ModelConfig c;
+  c.hidden_size = 2048;
+  c.intermediate_size = 5632;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 4;
+  c.head_dim = 128;
+  c.vocab_size = 32000;
+  c.torch_dtype = protocol::DType::kBFloat16;
+  double embed = 2.0 * 2 * 32000 * 2048 / 1e9,
+         layer = 2.0 * (2048.0 * 3072 + 2048.0 * 2048 + 3.0 * 2048 * 5632) / 1e9;
+  c.num_hidden_layers =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>((gigabytes - embed) / layer));
+  return model_loader::ModelConfig::from_json(c.to_json());
+}
+
+// bench/<this> → worker/hotswap-worker in the same build tree.
+inline std::string worker_binary() {
+  return (std::filesystem::canonical("/proc/self/exe").parent_path().parent_path() /
+          "worker/hotswap-worker")
+      .string();
+}
+
+}  // namespace hotswap::bench

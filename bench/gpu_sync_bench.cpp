@@ -1,0 +1,177 @@
+// hotswap-gpu-bench (GPU builds): full syncs over the GPU data planes, end to end (the
+// trainer's send_weights start → the worker's commit, second round), next to the GPU's own
+// limits measured in the same run:
+//
+//   ipc   a synthetic bf16 model (16 GB by default, --gb X) from this process's GPU 0 into a
+//         worker process on the same GPU, against one device-to-device copy of the same bytes
+//         (target: within 2× its time);
+//   nccl  with two GPUs, packed, from GPU 0 into a worker on GPU 1, against a raw ncclBroadcast
+//         of the same bytes between the same GPUs (target: ≥ 0.9×). One GPU: a skip line.
+//
+// Prints a table and one JSON line per measurement.
+#include <cuda_runtime_api.h>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "bench/bench_support.hpp"
+#include "model_loader/checkpoint.hpp"
+#include "model_loader/synthetic_checkpoint.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/ipc_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/cuda_check.hpp"
+#include "transport/cuda_ipc.hpp"
+#include "transport/device.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "transport/nccl_communicator.hpp"
+#include "worker/child_process.hpp"
+
+using namespace hotswap;
+namespace fs = std::filesystem;
+using bench::Clock;
+using bench::since;
+
+namespace {
+
+// One device-to-device copy of `bytes` on GPU 0 (timed on its second run).
+double d2d_seconds(std::size_t bytes) {
+  transport::DeviceBuffer a(bytes, 0), b(bytes, 0);
+  HOTSWAP_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+  transport::copy_device_bytes(b.data(), a.data(), bytes);
+  auto t = Clock::now();
+  transport::copy_device_bytes(b.data(), a.data(), bytes);
+  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+  return since(t);
+}
+
+// A raw ncclBroadcast of `bytes` from GPU 0 to GPU 1, two ranks in two threads of this process.
+double raw_nccl_seconds(std::size_t bytes) {
+  const auto id = transport::new_nccl_unique_id();
+  double seconds = 0;
+  auto rank = [&](int r) {
+    transport::NcclCommunicator comm({id, r, 2, r, std::chrono::seconds(120)});
+    at::Tensor buffer = at::empty({static_cast<std::int64_t>(bytes)},
+                                  at::TensorOptions().dtype(at::kByte).device(
+                                      c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(r))));
+    comm.broadcast(buffer, 0, std::chrono::seconds(120));  // warm
+    at::Tensor one = at::zeros({1}, buffer.options().dtype(at::kFloat));
+    comm.all_reduce_sum(one, std::chrono::seconds(120));
+    auto t = Clock::now();
+    comm.broadcast(buffer, 0, std::chrono::seconds(120));
+    if (r == 0) seconds = since(t);
+  };
+  std::thread peer(rank, 1);
+  rank(0);
+  peer.join();
+  return seconds;
+}
+
+struct Run {
+  std::uint64_t bytes;
+  std::string size;
+  fs::path model;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // on GPU 0
+};
+
+// One full sync into a worker process, timed on the second round.
+double sync_seconds(const Run& run, const std::string& backend, int worker_gpu,
+                    const std::function<std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>(
+                        std::shared_ptr<trainer_sdk::WeightSyncClient>,
+                        std::shared_ptr<trainer_sdk::WeightSource>)>& make_engine) {
+  worker::ChildProcess worker(
+      bench::worker_binary(),
+      {"--model", run.model.string(), "--device", "cuda:" + std::to_string(worker_gpu), "--control",
+       "tcp://127.0.0.1:*", "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}",
+       "--timeout", "600"});
+  std::string endpoint = worker::wait_until_ready(worker, std::chrono::seconds(600));
+  auto client =
+      std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600));
+  auto engine = make_engine(client, std::make_shared<trainer_sdk::TensorListSource>(run.tensors));
+  engine->send_weights();
+  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+  auto t = Clock::now();
+  engine->send_weights();
+  double seconds = since(t);
+  engine->shutdown();
+  worker.stop();
+  return seconds;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  double gb = 16.0;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--gb") gb = std::stod(argv[i + 1]);
+  }
+  const auto gpu = transport::gpu_runtime_info();
+  if (gpu.device_count == 0) {
+    std::printf("SKIPPED: hotswap-gpu-bench needs a GPU (%s)\n", gpu.device_error.c_str());
+    return 0;
+  }
+  fs::path work = fs::temp_directory_path() / ("hotswap-gpu-bench-" + std::to_string(::getpid()));
+  Run run;
+  model_loader::SyntheticCheckpointOptions options;
+  options.seed = 1;
+  run.model = work / "model";
+  run.bytes =
+      model_loader::write_synthetic_checkpoint(run.model, bench::llama_of_size(gb), options);
+  run.size = std::to_string(run.bytes / 1000000) + " MB";
+  {
+    auto checkpoint = model_loader::Checkpoint::open(run.model);
+    for (const auto& name : checkpoint.names())
+      run.tensors.emplace_back(name,
+                               checkpoint.tensor(name).to(c10::Device(c10::kCUDA, 0)).add_(1));
+  }
+
+  const double d2d = d2d_seconds(run.bytes);
+  bench::report("gpu_sync", "model " + run.size + ": one device-to-device copy (limit)",
+                run.bytes / d2d / 1e9, "GB/s", {{"bytes", run.bytes}});
+  for (bool packed : {false, true}) {
+    double s = sync_seconds(run, "ipc", 0, [&](auto client, auto source) {
+      trainer_sdk::IpcTrainerInitInfo info(0);
+      info.packed = packed;
+      info.packed_buffer_size_bytes = 1ll << 30;
+      return trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    });
+    bench::report("gpu_sync",
+                  "model " + run.size + ": full sync over ipc" + (packed ? ", packed" : ""),
+                  run.bytes / s / 1e9, "GB/s",
+                  {{"bytes", run.bytes}, {"ratio_of_d2d_time", s / d2d}});  // target ≤ 2
+  }
+
+  if (gpu.device_count < 2) {
+    std::printf("SKIPPED: nccl needs two GPUs; this machine has %d\n", gpu.device_count);
+  } else {
+    const double raw = raw_nccl_seconds(run.bytes);
+    bench::report("gpu_sync", "model " + run.size + ": raw ncclBroadcast GPU 0 → 1 (limit)",
+                  run.bytes / raw / 1e9, "GB/s", {{"bytes", run.bytes}});
+    double s = sync_seconds(run, "nccl", 1, [&](auto client, auto source) {
+      trainer_sdk::NcclTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+      info.timeout = std::chrono::seconds(600);
+      return trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    });
+    bench::report("gpu_sync", "model " + run.size + ": full sync over nccl, packed",
+                  run.bytes / s / 1e9, "GB/s",
+                  {{"bytes", run.bytes}, {"ratio_to_raw_nccl", raw / s}});  // target ≥ 0.9
+  }
+  run.tensors.clear();
+  fs::remove_all(work);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "hotswap-gpu-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

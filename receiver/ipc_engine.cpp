@@ -1,0 +1,137 @@
+#include "receiver/ipc_engine.hpp"
+
+#include <ATen/ops/empty.h>
+
+#include "protocol/errors.hpp"
+#include "transport/torch_dtype.hpp"
+#ifdef HOTSWAP_WITH_CUDA
+#include "transport/cuda_ipc.hpp"
+#endif
+
+namespace hotswap::receiver {
+namespace {
+
+const protocol::IpcHandle& handle_for(const protocol::IpcHandleSet& offered,
+                                      const std::string& uuid) {
+  auto it = offered.find(uuid);
+  if (it == offered.end()) {
+    std::string available = "[";
+    for (const auto& [key, handle] : offered)
+      available += (available.size() > 1 ? ", '" : "'") + key + "'";
+    throw protocol::ValueError("IPC handle not found for GPU UUID " + uuid +
+                               ". Available UUIDs: " + available + "]");
+  }
+  return it->second;
+}
+
+}  // namespace
+
+std::vector<IpcSource> locate_ipc_sources(const protocol::IpcUpdateInfo& info,
+                                          const std::string& uuid) {
+  std::vector<IpcSource> out;
+  if (!info.is_packed()) {
+    for (std::size_t i = 0; i < info.params.size(); ++i) {
+      const auto& h = handle_for(info.handles[i], uuid);
+      out.push_back({&h, h.offset_bytes, info.params[i].nbytes()});
+    }
+    return out;
+  }
+  // Packed: the chunk's tensors one after another from the start of the export.
+  const auto& h = handle_for(*info.packed_handle, uuid);
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < info.params.size(); ++i) {
+    out.push_back({&h, h.offset_bytes + at, info.tensor_sizes[i]});
+    at += info.tensor_sizes[i];
+  }
+  if (at > h.size_bytes) {
+    throw protocol::ValueError("the chunk's tensor_sizes add up to " + std::to_string(at) +
+                               " bytes but its IPC buffer exports " + std::to_string(h.size_bytes));
+  }
+  return out;
+}
+
+struct IpcWeightTransferEngine::Mappings {
+#ifdef HOTSWAP_WITH_CUDA
+  std::map<std::vector<std::uint8_t>, transport::IpcMapping> open;
+#endif
+  void clear() {
+#ifdef HOTSWAP_WITH_CUDA
+    open.clear();
+#endif
+  }
+};
+
+IpcWeightTransferEngine::IpcWeightTransferEngine(EngineContext context)
+    : TypedWeightTransferEngine(std::move(context)), mappings_(std::make_unique<Mappings>()) {
+#ifdef HOTSWAP_WITH_CUDA
+  uuid_ = transport::device_uuid(device().index());
+#endif
+}
+
+IpcWeightTransferEngine::~IpcWeightTransferEngine() = default;
+
+void IpcWeightTransferEngine::init_transfer_channel(const protocol::IpcInitInfo&) {
+  mappings_->clear();  // no rendezvous: the handles come with each update
+}
+
+void IpcWeightTransferEngine::finish_weight_update() {
+  mappings_->clear();
+  model().finish_reload();
+}
+
+void IpcWeightTransferEngine::abort_weight_update() {
+  mappings_->clear();
+  WeightTransferEngine::abort_weight_update();
+}
+
+void IpcWeightTransferEngine::shutdown() {
+  mappings_->clear();
+}
+
+void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& update_info) {
+  const auto sources = locate_ipc_sources(update_info, uuid_);  // every check before any copy
+#ifdef HOTSWAP_WITH_CUDA
+  const int index = device().index();
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const auto& p = update_info.params[i];
+    const auto& source = sources[i];
+    auto it = mappings_->open.find(source.handle->handle);
+    if (it == mappings_->open.end()) {
+      it = mappings_->open
+               .emplace(source.handle->handle, transport::IpcMapping(source.handle->handle, index))
+               .first;
+    }
+    const std::uint8_t* from = it->second.base() + source.offset;
+    const auto type = transport::to_scalar_type(p.dtype);
+    // Straight into the staged copy where the model takes the bytes as they are.
+    if (auto destination = model().destination_for(p.name, type, p.shape)) {
+      transport::copy_device_bytes(destination->data_ptr(), from, source.bytes);
+      model().mark_received(p.name);
+    } else {
+      at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
+      transport::copy_device_bytes(t.data_ptr(), from, source.bytes);
+      model().load_weights({{p.name, t}});
+    }
+    add_bytes_received(source.bytes);
+  }
+#else
+  throw protocol::RuntimeError("the ipc backend needs a GPU build of hotswap");
+#endif
+}
+
+std::unique_ptr<WeightTransferEngine> make_ipc_engine(const EngineContext& context) {
+#ifndef HOTSWAP_WITH_CUDA
+  throw protocol::ValueError(
+      "the ipc backend needs a GPU build of hotswap; this one was built without CUDA and NCCL "
+      "(configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
+#else
+  if (!context.device.is_cuda()) {
+    throw protocol::ValueError(
+        "the ipc backend reads a colocated trainer's GPU memory, but this worker runs on " +
+        context.device.str() + "; start it with --device cuda:N");
+  }
+  return std::make_unique<IpcWeightTransferEngine>(context);
+#endif
+}
+
+}  // namespace hotswap::receiver

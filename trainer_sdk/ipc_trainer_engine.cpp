@@ -1,0 +1,127 @@
+#include "trainer_sdk/ipc_trainer_engine.hpp"
+
+#include "protocol/chunk_plan.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/ipc_info.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#ifdef HOTSWAP_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "transport/cuda_check.hpp"
+#include "transport/cuda_ipc.hpp"
+#endif
+
+namespace hotswap::trainer_sdk {
+
+struct IpcTrainerEngine::Buffer {
+#ifdef HOTSWAP_WITH_CUDA
+  Buffer(std::size_t bytes, int device)
+      : memory(bytes, device), handle(transport::export_device_memory(memory.data(), bytes)) {}
+  transport::DeviceBuffer memory;
+  protocol::IpcHandle handle;  // exported once, reused for every chunk
+#endif
+};
+
+IpcTrainerEngine::IpcTrainerEngine(std::shared_ptr<WeightSyncClient> client,
+                                   std::shared_ptr<WeightSource> source,
+                                   const IpcTrainerInitInfo& info)
+    : TrainerWeightTransferEngine(std::move(client), std::move(source), info.is_sender()),
+      info_(info) {}
+
+IpcTrainerEngine::~IpcTrainerEngine() = default;
+
+std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
+    const IpcTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
+    std::shared_ptr<WeightSource> source) {
+#ifndef HOTSWAP_WITH_CUDA
+  (void)info, (void)client, (void)source;
+  throw protocol::ValueError(
+      "the ipc trainer engine needs a GPU build of hotswap; this one was built without CUDA and "
+      "NCCL (configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
+#else
+  if (!source) throw protocol::ValueError("IPC trainer weight transfer requires a WeightSource.");
+  if (info.packed && info.packed_buffer_size_bytes < 1) {
+    throw protocol::ValueError("packed_buffer_size_bytes must be positive, got " +
+                               std::to_string(info.packed_buffer_size_bytes));
+  }
+  auto engine = std::make_unique<IpcTrainerEngine>(client, source, info);
+  if (!engine->is_sender()) return engine;
+  if (info.packed) {
+    engine->buffer_ = std::make_unique<Buffer>(
+        static_cast<std::size_t>(info.packed_buffer_size_bytes), info.device);
+  }
+  client->init_weight_transfer_engine(protocol::IpcInitInfo{info.packed}.to_json());
+  return engine;
+#endif
+}
+
+void IpcTrainerEngine::send_weights() {
+  auto meta = source()->metadata();
+  if (!is_sender()) {
+    auto stream = source()->iter();
+    while (stream->next()) {
+    }
+    return;
+  }
+  if (info_.packed) {
+    send_packed(meta);
+  } else {
+    send_unpacked(meta);
+  }
+}
+
+void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& meta) {
+#ifdef HOTSWAP_WITH_CUDA
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(info_.device));
+  const std::string uuid = transport::device_uuid(info_.device);
+  CheckedStream stream(source()->iter(), meta, device);
+  protocol::IpcUpdateInfo update{meta, {}, std::nullopt, {}};
+  std::vector<at::Tensor> exported;  // alive until the worker has copied them
+  for (std::size_t i = 0; i < meta.size(); ++i) {
+    exported.push_back(stream.next());
+    update.handles.push_back(
+        {{uuid, transport::export_device_memory(exported.back().data_ptr(), meta[i].nbytes())}});
+  }
+  stream.finish();
+  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());  // every write to the tensors has landed
+  client().start_weight_update();
+  client().update_weights(update.to_json());
+  client().finish_weight_update(round_version());
+#else
+  (void)meta;
+#endif
+}
+
+void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta) {
+#ifdef HOTSWAP_WITH_CUDA
+  if (!buffer_) throw protocol::RuntimeError("the IPC buffer is closed; call trainer_init again");
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(info_.device));
+  const std::string uuid = transport::device_uuid(info_.device);
+  const auto plan =
+      protocol::plan_ipc_chunks(meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
+  CheckedStream stream(source()->iter(), meta, device);
+  client().start_weight_update();
+  for (const auto& chunk : plan) {
+    protocol::IpcUpdateInfo update;
+    update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
+    for (const auto& slice : chunk.slices) {
+      at::Tensor t = stream.next();
+      transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(), slice.size);
+      update.params.push_back(meta[slice.param_index]);
+      update.tensor_sizes.push_back(slice.size);
+    }
+    // Returns once the worker has copied the chunk out: the buffer is free again.
+    client().update_weights(update.to_json());
+  }
+  stream.finish();
+  client().finish_weight_update(round_version());
+#else
+  (void)meta;
+#endif
+}
+
+void IpcTrainerEngine::shutdown() {
+  buffer_.reset();
+}
+
+}  // namespace hotswap::trainer_sdk

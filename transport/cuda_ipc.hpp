@@ -1,0 +1,73 @@
+// CUDA IPC for the `ipc` backend (a trainer and a worker sharing one GPU), as small RAII types
+// over the CUDA runtime's IPC calls. Handles travel as JSON (protocol/ipc_info.hpp): the raw
+// cudaIpcMemHandle_t bytes, the offset of the export inside its allocation (a tensor from a
+// caching allocator lives inside a larger block, and a handle always names the whole block),
+// and its size.
+//
+// GPUs are named by the UUID string torch prints for `get_device_properties(i).uuid`
+// (lowercase 8-4-4-4-12 hex, no "GPU-" prefix): that is how vLLM keys handles.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "protocol/ipc_info.hpp"
+
+namespace hotswap::transport {
+
+// "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for a 16-byte UUID (every build: tested everywhere).
+std::string format_gpu_uuid(const std::array<std::uint8_t, 16>& bytes);
+
+#ifdef HOTSWAP_WITH_CUDA
+// The UUID of CUDA device `device`, formatted as above.
+std::string device_uuid(int device);
+
+// An export of `bytes` of device memory at `data` (which may lie inside a larger allocation).
+protocol::IpcHandle export_device_memory(const void* data, std::size_t bytes);
+
+// An exported allocation opened in this process (cudaIpcOpenMemHandle), closed when it goes
+// away. Open each allocation once: several exports (tensors of one caching-allocator block) may
+// share its handle and differ only in offset.
+class IpcMapping {
+ public:
+  // TransferError naming the call when the handle cannot be opened (another GPU's, stale, ...).
+  IpcMapping(const std::vector<std::uint8_t>& handle, int device);
+  ~IpcMapping();
+  IpcMapping(IpcMapping&& other) noexcept;
+  IpcMapping& operator=(IpcMapping&& other) noexcept;
+  IpcMapping(const IpcMapping&) = delete;
+  IpcMapping& operator=(const IpcMapping&) = delete;
+
+  // The start of the allocation; an export's bytes begin offset_bytes further.
+  const std::uint8_t* base() const { return base_; }
+
+ private:
+  void close() noexcept;
+  std::uint8_t* base_ = nullptr;
+};
+
+// Device memory of its own (cudaMalloc, not a caching allocator), for a buffer that is exported
+// once and reused: the packed IPC buffer.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(std::size_t bytes, int device);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::uint8_t* data() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Byte copy between device pointers on the legacy default stream, so that it is ordered with
+// libtorch's default-stream work on either side; returns when the copy is done.
+void copy_device_bytes(void* destination, const void* source, std::size_t bytes);
+#endif
+
+}  // namespace hotswap::transport
