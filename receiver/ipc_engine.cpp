@@ -95,13 +95,17 @@ void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& upd
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& p = update_info.params[i];
     const auto& source = sources[i];
-    auto it = mappings_->open.find(source.handle->handle);
-    if (it == mappings_->open.end()) {
-      it = mappings_->open
-               .emplace(source.handle->handle, transport::IpcMapping(source.handle->handle, index))
-               .first;
+    const std::uint8_t* from = nullptr;
+    if (source.bytes > 0) {  // an empty tensor's handle names nothing to open
+      auto it = mappings_->open.find(source.handle->handle);
+      if (it == mappings_->open.end()) {
+        it =
+            mappings_->open
+                .emplace(source.handle->handle, transport::IpcMapping(source.handle->handle, index))
+                .first;
+      }
+      from = it->second.base() + source.offset;
     }
-    const std::uint8_t* from = it->second.base() + source.offset;
     const auto type = transport::to_scalar_type(p.dtype);
     // Straight into the staged copy where the model takes the bytes as they are.
     if (auto destination = model().destination_for(p.name, type, p.shape)) {
@@ -121,6 +125,7 @@ void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& upd
 
 std::unique_ptr<WeightTransferEngine> make_ipc_engine(const EngineContext& context) {
 #ifndef HOTSWAP_WITH_CUDA
+  (void)context;
   throw protocol::ValueError(
       "the ipc backend needs a GPU build of hotswap; this one was built without CUDA and NCCL "
       "(configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");

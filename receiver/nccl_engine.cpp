@@ -5,6 +5,7 @@
 #include "protocol/errors.hpp"
 #include "receiver/sparse_broadcast_engine.hpp"
 #include "transport/nccl_unique_id.hpp"
+#include "transport/rendezvous_store.hpp"
 #ifdef HOTSWAP_WITH_CUDA
 #include "transport/nccl_communicator.hpp"
 #endif

@@ -41,8 +41,9 @@ start=$SECONDS
 step() { printf '\n== %s (%d s)\n' "$*" $((SECONDS - start)); }
 
 step "machine"
-nvidia-smi -L || true
-python3 -c 'import torch; print("python3 torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+nvidia-smi -L 2>&1 || true
+python3 -c 'import torch; print("python3 torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1 ||
+  echo "python3 has no torch: CMake takes the libtorch it finds (a CPU one cannot run the GPU tests)"
 nvcc --version | tail -1
 
 prefix_args=()

@@ -79,8 +79,12 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
   std::vector<at::Tensor> exported;  // alive until the worker has copied them
   for (std::size_t i = 0; i < meta.size(); ++i) {
     exported.push_back(stream.next());
-    update.handles.push_back(
-        {{uuid, transport::export_device_memory(exported.back().data_ptr(), meta[i].nbytes())}});
+    // An empty tensor has no memory to export: a handle of zeros that the worker never opens.
+    protocol::IpcHandle handle{std::vector<std::uint8_t>(protocol::kCudaIpcHandleBytes, 0), 0, 0};
+    if (meta[i].nbytes() > 0) {
+      handle = transport::export_device_memory(exported.back().data_ptr(), meta[i].nbytes());
+    }
+    update.handles.push_back({{uuid, handle}});
   }
   stream.finish();
   HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());  // every write to the tensors has landed
