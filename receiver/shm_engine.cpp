@@ -30,13 +30,16 @@ void ShmWeightTransferEngine::init_transfer_channel(const protocol::ShmInitInfo&
   if (info.arena_name) names_.push_back(*info.arena_name);
 }
 
-void ShmWeightTransferEngine::unlink_trainer_segments() {
-  for (const auto& name : names_)
-    transport::ShmSegment::unlink(name);
+void ShmWeightTransferEngine::unlink_dead_trainers_segments() {
+  // A live trainer still owns its segments (it unlinks them itself, and other workers may yet
+  // open them: its arena is its model); one that is gone cannot.
+  for (const auto& name : names_) {
+    if (!transport::ShmSegment::creator_alive(name)) transport::ShmSegment::unlink(name);
+  }
 }
 
 void ShmWeightTransferEngine::shutdown() {
-  unlink_trainer_segments();
+  unlink_dead_trainers_segments();
   names_.clear();
   ring_.reset();
   arena_.reset();
@@ -109,8 +112,8 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
       add_bytes_received(plan[c].size_bytes);
     }
   } catch (const protocol::TimeoutError&) {
-    // The trainer stopped serving chunks: presume it dead, and clear what it left behind.
-    unlink_trainer_segments();
+    // The trainer stopped serving chunks: if it is gone, clear what it left behind.
+    unlink_dead_trainers_segments();
     ring_.reset();
     arena_.reset();
     throw;

@@ -9,7 +9,9 @@
 // every offset checked against the arena's size before the first byte is copied.
 //
 // If the trainer dies mid-round the wait times out: the session fails, and the engine unlinks
-// the segments the dead trainer left behind (a live trainer would have served the chunk).
+// the segments the dead trainer left behind. Segment names carry their creator's pid, so a
+// worker only ever unlinks the segments of a trainer that is gone: a live one's arena is its
+// model, which other workers may still need to open.
 #pragma once
 
 #include <memory>
@@ -28,8 +30,8 @@ class ShmWeightTransferEngine final
   std::string_view name() const override { return "ShmWeightTransferEngine"; }
   void start_weight_update() override { model().start_reload(); }
   void finish_weight_update() override { model().finish_reload(); }
-  // Unlinks the segments too: the trainer and other workers keep their mappings, and nothing
-  // is left in /dev/shm if the trainer died between rounds.
+  // Also unlinks the segments of a trainer that is gone, so that nothing it left stays in
+  // /dev/shm.
   void shutdown() override;
 
  protected:
@@ -38,7 +40,7 @@ class ShmWeightTransferEngine final
 
  private:
   void load_from_arena(const protocol::ShmUpdateInfo& update_info);
-  void unlink_trainer_segments();
+  void unlink_dead_trainers_segments();
 
   std::unique_ptr<transport::ShmRing> ring_;
   std::unique_ptr<transport::ShmSegment> arena_;

@@ -1,6 +1,7 @@
 #include "transport/shm_segment.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +68,20 @@ ShmSegment ShmSegment::open(const std::string& name, Access access) {
 
 void ShmSegment::unlink(const std::string& name) noexcept {
   ::shm_unlink(name.c_str());
+}
+
+bool ShmSegment::creator_alive(const std::string& name) {
+  static const std::string prefix = "/hotswap-";
+  if (!name.starts_with(prefix)) return false;
+  const auto end = name.find('-', prefix.size());
+  if (end == std::string::npos || end == prefix.size()) return false;
+  pid_t pid = 0;
+  for (std::size_t i = prefix.size(); i < end; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  // Signal 0 only asks whether the process exists; EPERM means it does, as another user's.
+  return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
 }
 
 void ShmSegment::release() noexcept {

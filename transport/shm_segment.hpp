@@ -19,6 +19,9 @@ class ShmSegment {
   static ShmSegment open(const std::string& name, Access access = Access::kReadWrite);
   // Removes the name (the memory lives on while mapped); a missing name is not an error.
   static void unlink(const std::string& name) noexcept;
+  // hotswap names its segments "/hotswap-<creator pid>-...": whether that process still runs
+  // on this host. False for a name in another form (its creator is unknown).
+  static bool creator_alive(const std::string& name);
 
   ShmSegment() = default;
   ~ShmSegment();

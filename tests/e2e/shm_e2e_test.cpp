@@ -1,6 +1,7 @@
 // The shm data plane into real worker processes on this host.
 #include <boost/test/unit_test.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -197,6 +198,34 @@ BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything,
                           "of the shared weight arena " + arena.name() + ", which holds 4096");
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
   BOOST_TEST(client->call("health")["status"] == "ok");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_worker_clears_a_dead_trainers_segments_and_never_a_live_ones, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  // A trainer that is gone: its pid, its segments still in /dev/shm.
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  auto names_of = [](pid_t pid) {
+    const std::string base = "/hotswap-" + std::to_string(pid) + "-left-";
+    return std::pair{base + "0", base + "arena"};
+  };
+  auto exists = [](const std::string& name) { return std::filesystem::exists("/dev/shm" + name); };
+  for (pid_t creator : {dead, ::getpid()}) {
+    auto [ring_name, arena_name] = names_of(creator);
+    auto ring = transport::ShmRing::create({ring_name}, 4096, 1);
+    auto arena = transport::ShmSegment::create(arena_name, 4096);
+    client->init_weight_transfer_engine({{"segment_names", {ring_name}},
+                                         {"packed_buffer_size_bytes", 4096},
+                                         {"arena_name", arena_name}});
+    client->call("shutdown_weight_transfer_engine");
+    const bool alive = creator == ::getpid();
+    BOOST_TEST(exists(ring_name) == alive,
+               "ring of " << (alive ? "a live" : "a dead") << " trainer");
+    BOOST_TEST(exists(arena_name) == alive,
+               "arena of " << (alive ? "a live" : "a dead") << " trainer");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
