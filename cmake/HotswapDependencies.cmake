@@ -16,9 +16,39 @@ if(NOT Torch_DIR AND NOT HOTSWAP_TORCH_PYTHON STREQUAL "OFF")
   if(_hotswap_torch_rc EQUAL 0 AND _hotswap_torch_prefix)
     message(STATUS "hotswap: using the torch of ${HOTSWAP_TORCH_PYTHON}: ${_hotswap_torch_prefix}")
     list(PREPEND CMAKE_PREFIX_PATH "${_hotswap_torch_prefix}")
+    # TorchConfig finds some of its libraries (c10) with PATHS, which CMake searches after the
+    # system's: with Debian's libtorch-dev also installed, libc10.so would come from 1.13 and two
+    # c10s would share one process (heap corruption at exit, seen). Its own lib/ goes first.
+    get_filename_component(_hotswap_torch_root "${_hotswap_torch_prefix}/../.." ABSOLUTE)
+    list(PREPEND CMAKE_LIBRARY_PATH "${_hotswap_torch_root}/lib")
   endif()
 endif()
+# A CUDA torch enables the CUDA language and gives it the C++ standard (20) unless one is set;
+# cmake 3.25 has no C++20 flags for nvcc. hotswap compiles no CUDA sources, so 17 does.
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+endif()
 find_package(Torch REQUIRED)
+# The python whose torch speaks this libtorch's TCPStore protocol, for the rendezvous tests'
+# Python peer: HOTSWAP_TORCH_PYTHON when the torch found is its own, else Debian's python3
+# (python3-torch goes with libtorch-dev).
+set(HOTSWAP_STORE_PEER_PYTHON /usr/bin/python3)
+if(NOT HOTSWAP_TORCH_PYTHON STREQUAL "OFF")
+  execute_process(
+    COMMAND ${HOTSWAP_TORCH_PYTHON} -c
+      "import sys, torch.utils; print(sys.executable); print(torch.utils.cmake_prefix_path)"
+    OUTPUT_VARIABLE _hotswap_peer OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
+    RESULT_VARIABLE _hotswap_peer_rc)
+  if(_hotswap_peer_rc EQUAL 0)
+    string(REPLACE "\n" ";" _hotswap_peer "${_hotswap_peer}")
+    list(GET _hotswap_peer 0 _hotswap_peer_python)
+    list(GET _hotswap_peer -1 _hotswap_peer_prefix)
+    string(FIND "${Torch_DIR}" "${_hotswap_peer_prefix}" _hotswap_peer_at)
+    if(_hotswap_peer_at EQUAL 0)
+      set(HOTSWAP_STORE_PEER_PYTHON "${_hotswap_peer_python}")
+    endif()
+  endif()
+endif()
 if(TARGET torch_cuda OR TARGET c10_cuda)
   set(HOTSWAP_TORCH_HAS_CUDA ON)
 else()
@@ -42,6 +72,20 @@ endif()
 # HOTSWAP_WITH_CUDA defaults to ON exactly when a CUDA toolkit and NCCL are both found. GPU code
 # is plain C++ against the CUDA runtime and NCCL C APIs, so no GPU is needed to compile it.
 find_package(CUDAToolkit QUIET)
+# A CUDA torch from pip needs the NCCL it ships with (nvidia-nccl-*): torch 2.14's libtorch_cuda
+# calls functions that CUDA 13's own NCCL 2.28 lacks, so linking the toolkit's copy breaks the
+# link. Prefer the wheel's, so that one NCCL is loaded and it is the one torch was built for.
+if(HOTSWAP_TORCH_HAS_CUDA AND NOT HOTSWAP_TORCH_PYTHON STREQUAL "OFF")
+  execute_process(
+    COMMAND ${HOTSWAP_TORCH_PYTHON} -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])"
+    OUTPUT_VARIABLE _hotswap_wheel_nccl OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
+    RESULT_VARIABLE _hotswap_wheel_nccl_rc)
+  if(_hotswap_wheel_nccl_rc EQUAL 0 AND EXISTS "${_hotswap_wheel_nccl}/include/nccl.h")
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS "${_hotswap_wheel_nccl}/include" NO_DEFAULT_PATH)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS "${_hotswap_wheel_nccl}/lib"
+      NO_DEFAULT_PATH)
+  endif()
+endif()
 find_path(NCCL_INCLUDE_DIR nccl.h
   HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME ENV CUDA_HOME PATH_SUFFIXES include)
 find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """The Python side of the NCCL TCP rendezvous, as vLLM's StatelessProcessGroup runs it, with
-Debian's python3-torch (no vLLM, no GPU needed): a TCPStore of world size 2 and the unique id
+a Python torch whose store protocol is the build's (Debian's python3-torch, or the python a GPU
+build takes its torch from; no vLLM, no GPU needed): a TCPStore of world size 2 and the unique id
 pickled under `broadcast_from/0/0`. vLLM's ctypes ncclUniqueId is recreated under its own module
 path, so the pickle bytes are vLLM's exactly.
 
     vllm_store_peer.py host PORT   rank 0: host, wait for rank 1, publish an id, print it
     vllm_store_peer.py join PORT   rank 1: register, read the id rank 0 published, print it
+    vllm_store_peer.py vllm-host PORT
+                                   rank 0 through vLLM's own code, in a python that has vLLM:
+                                   StatelessProcessGroup.create, NCCLLibrary().ncclGetUniqueId(),
+                                   broadcast_obj, exactly as vLLM's NCCL trainer engine does
 Each prints "id <hex>" and exits once the C++ side has set the key "hotswap_done".
 """
 
@@ -32,8 +37,22 @@ def register_vllm_class():
     sys.modules[MODULE].ncclUniqueId = ncclUniqueId
 
 
+def vllm_host(port):
+    from vllm.distributed.device_communicators.pynccl_wrapper import NCCLLibrary
+    from vllm.distributed.utils import StatelessProcessGroup
+
+    group = StatelessProcessGroup.create(host="127.0.0.1", port=port, rank=0, world_size=2,
+                                         store_timeout=30)
+    uid = NCCLLibrary().ncclGetUniqueId()  # no GPU needed: only NCCL's bootstrap
+    group.broadcast_obj(uid, src=0)
+    print("id " + bytes(b & 0xFF for b in uid.internal).hex(), flush=True)
+    group.store.wait(["hotswap_done"])
+
+
 def main():
     role, port = sys.argv[1], int(sys.argv[2])
+    if role == "vllm-host":
+        return vllm_host(port)
     register_vllm_class()
     timeout = datetime.timedelta(seconds=30)
     store = TCPStore("127.0.0.1", port, 2, role == "host", timeout)
