@@ -19,15 +19,23 @@ deps=$root/.deps
 # Headers and libraries the build needs beyond CUDA, NCCL and python3's torch. Runtime libraries
 # that every Linux has (libc, libstdc++, libssl3, zlib) are left to the machine.
 packages=(
-  libzmq3-dev libzmq5 libsodium23 libpgm-5.3-0 libnorm1 libbsd0 libmd0 cppzmq-dev
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libcpp-httplib0.11 libssl-dev
-  libboost1.74-dev libboost-test1.74-dev libboost-test1.74.0
+  libzmq3-dev libzmq5 cppzmq-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libcpp-httplib0.11 libssl-dev libboost1.74-dev libboost-test1.74-dev libboost-test1.74.0
   libgloo-dev libibverbs-dev  # ProcessGroupGloo.hpp includes <gloo/...>; the wheel has no gloo headers
+)
+# What those libraries load in turn, by the soname that shows whether the machine has it: these
+# are unpacked only where the machine lacks them, so the machine's own copies stay in charge.
+declare -A runtime_deps=(
+  [libsodium23]=libsodium.so.23 [libpgm-5.3-0]=libpgm-5.3.so.0 [libnorm1]=libnorm.so.1
+  [libbsd0]=libbsd.so.0 [libmd0]=libmd.so.0 [libbrotli1]=libbrotlienc.so.1
+  [libgssapi-krb5-2]=libgssapi_krb5.so.2 [libkrb5-3]=libkrb5.so.3 [libk5crypto3]=libk5crypto.so.3
+  [libkrb5support0]=libkrb5support.so.0 [libcom-err2]=libcom_err.so.2
+  [libkeyutils1]=libkeyutils.so.1
 )
 
 if [[ "${1:-}" == "--fetch" ]]; then
   mkdir -p "$deps"  # ignored by .gitignore
-  (cd "$deps" && apt-get download "${packages[@]}")
+  (cd "$deps" && apt-get download "${packages[@]}" "${!runtime_deps[@]}")
   du -sh "$deps"
   exit 0
 fi
@@ -51,7 +59,12 @@ if compgen -G "$deps/*.deb" >/dev/null; then
   step "unpacking $(ls "$deps"/*.deb | wc -l) Debian packages into a private prefix"
   prefix=$build/prefix
   rm -rf "$prefix" && mkdir -p "$prefix"
-  for f in "$deps"/*.deb; do dpkg -x "$f" "$prefix"; done
+  for f in "$deps"/*.deb; do
+    package=$(basename "$f"); package=${package%%_*}
+    soname=${runtime_deps[$package]:-}
+    if [[ -n "$soname" ]] && ldconfig -p | grep -qF "$soname ("; then continue; fi
+    dpkg -x "$f" "$prefix"
+  done
   # pkg-config files name /usr; point them at the prefix.
   find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$prefix/usr|" {} +
   export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
