@@ -65,6 +65,13 @@ if compgen -G "$deps/*.deb" >/dev/null; then
     if [[ -n "$soname" ]] && ldconfig -p | grep -qF "$soname ("; then continue; fi
     dpkg -x "$f" "$prefix"
   done
+  # A -dev package's libfoo.so points at a runtime library left to the machine (libssl3,
+  # say): point it at the machine's copy.
+  for link in "$prefix"/usr/lib/x86_64-linux-gnu/*.so; do
+    [[ -L "$link" && ! -e "$link" ]] || continue
+    system=$(ldconfig -p | awk -v want="$(basename "$(readlink "$link")")" '$1 == want { print $NF; exit }')
+    if [[ -n "$system" ]]; then ln -sf "$system" "$link"; fi
+  done
   # pkg-config files name /usr; point them at the prefix.
   find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$prefix/usr|" {} +
   export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
