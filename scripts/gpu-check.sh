@@ -59,17 +59,18 @@ if compgen -G "$deps/*.deb" >/dev/null; then
   step "unpacking $(ls "$deps"/*.deb | wc -l) Debian packages into a private prefix"
   prefix=$build/prefix
   rm -rf "$prefix" && mkdir -p "$prefix"
+  system_libs=$(ldconfig -p)  # read once: a pipe that grep -q closes early would fail pipefail
   for f in "$deps"/*.deb; do
     package=$(basename "$f"); package=${package%%_*}
     soname=${runtime_deps[$package]:-}
-    if [[ -n "$soname" ]] && ldconfig -p | grep -qF "$soname ("; then continue; fi
+    if [[ -n "$soname" ]] && grep -qF "$soname (" <<<"$system_libs"; then continue; fi
     dpkg -x "$f" "$prefix"
   done
   # A -dev package's libfoo.so points at a runtime library left to the machine (libssl3,
   # say): point it at the machine's copy.
   for link in "$prefix"/usr/lib/x86_64-linux-gnu/*.so; do
     [[ -L "$link" && ! -e "$link" ]] || continue
-    system=$(ldconfig -p | awk -v want="$(basename "$(readlink "$link")")" '$1 == want { print $NF; exit }')
+    system=$(awk -v want="$(basename "$(readlink "$link")")" '$1 == want { print $NF; exit }' <<<"$system_libs")
     if [[ -n "$system" ]]; then ln -sf "$system" "$link"; fi
   done
   # pkg-config files name /usr; point them at the prefix.
