@@ -1,7 +1,9 @@
-// What the sync benchmarks share: the synthetic model of a given size, the report format (a
-// table line and one JSON line per measurement), and the worker binary beside the bench.
+// What the benchmarks share: the report format (a table line and one JSON line per
+// measurement), timing, a plain read of a checkpoint (the limit loading is held against), the
+// synthetic model of a given size, and the worker binary beside the bench.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +25,21 @@ using Clock = std::chrono::steady_clock;
 
 inline double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Reads every safetensors file of `dir` sequentially with read(2), 8 MiB at a time; the bytes.
+inline std::uint64_t plain_read(const std::filesystem::path& dir) {
+  std::vector<char> buffer(8 << 20);
+  std::uint64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    int fd = ::open(entry.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    for (ssize_t n; (n = ::read(fd, buffer.data(), buffer.size())) > 0;)
+      total += static_cast<std::uint64_t>(n);
+    ::close(fd);
+  }
+  return total;
 }
 
 inline void report(const std::string& bench, const std::string& what, double value,

@@ -17,13 +17,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_support.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "worker/child_process.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::plain_read;
 using nlohmann::json;
 
 namespace {
@@ -38,23 +40,7 @@ double percentile(std::vector<double> v, double p) {
 }
 
 void report(const std::string& name, double value, const std::string& unit, json extra = {}) {
-  std::printf("%-44s %12.3f %s\n", name.c_str(), value, unit.c_str());
-  json line = {{"bench", "control"}, {"measure", name}, {"value", value}, {"unit", unit}};
-  if (extra.is_object()) line.update(extra);
-  std::cout << line.dump() << std::endl;
-}
-
-std::uint64_t plain_read(const fs::path& dir) {
-  std::vector<char> buffer(8 << 20);
-  std::uint64_t total = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".safetensors") continue;
-    int fd = ::open(e.path().c_str(), O_RDONLY);
-    for (ssize_t n; fd >= 0 && (n = ::read(fd, buffer.data(), buffer.size())) > 0;)
-      total += n;
-    if (fd >= 0) ::close(fd);
-  }
-  return total;
+  bench::report("control", name, value, unit, std::move(extra));
 }
 
 model_loader::ModelConfig llama(std::int64_t hidden, std::int64_t layers, std::int64_t vocab) {

@@ -15,42 +15,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_support.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/llama_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+
+using bench::plain_read;
+using bench::since;
 
 namespace {
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Reads every safetensors file of `dir` sequentially with read(2), 8 MiB at a time.
-std::uint64_t plain_read(const fs::path& dir) {
-  std::vector<char> buffer(8 << 20);
-  std::uint64_t total = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().extension() != ".safetensors") continue;
-    int fd = ::open(entry.path().c_str(), O_RDONLY);
-    if (fd < 0) continue;
-    for (ssize_t n; (n = ::read(fd, buffer.data(), buffer.size())) > 0;)
-      total += n;
-    ::close(fd);
-  }
-  return total;
-}
-
 void report(const std::string& name, double value, const std::string& unit,
             const nlohmann::json& extra = nlohmann::json::object()) {
-  std::printf("%-34s %12.2f %s\n", name.c_str(), value, unit.c_str());
-  nlohmann::json line = {
-      {"bench", "model_loader"}, {"measure", name}, {"value", value}, {"unit", unit}};
-  line.update(extra);
-  std::cout << line.dump() << std::endl;
+  bench::report("model_loader", name, value, unit, extra);
 }
 
 }  // namespace
@@ -74,18 +55,17 @@ int main(int argc, char** argv) {
   model_loader::SyntheticCheckpointOptions synthetic;
   synthetic.seed = 1;
   std::uint64_t bytes = model_loader::write_synthetic_checkpoint(dir, c, synthetic);
-  report("synthetic checkpoint write", bytes / seconds_since(start) / 1e9, "GB/s",
-         {{"bytes", bytes}});
+  report("synthetic checkpoint write", bytes / since(start) / 1e9, "GB/s", {{"bytes", bytes}});
 
   plain_read(dir);  // warm the page cache for both measurements
   start = Clock::now();
   std::uint64_t read_bytes = plain_read(dir);
-  double read_gbps = read_bytes / seconds_since(start) / 1e9;
+  double read_gbps = read_bytes / since(start) / 1e9;
   report("plain sequential read (limit)", read_gbps, "GB/s", {{"bytes", read_bytes}});
 
   start = Clock::now();
   auto model = model_loader::LlamaModel::load(dir);
-  double load_gbps = bytes / seconds_since(start) / 1e9;
+  double load_gbps = bytes / since(start) / 1e9;
   report("checkpoint load", load_gbps, "GB/s",
          {{"bytes", bytes}, {"ratio_to_plain_read", load_gbps / read_gbps}});
 
@@ -98,7 +78,7 @@ int main(int argc, char** argv) {
   model_loader::generate(*model, {prompt}, one);  // warm-up
   start = Clock::now();
   model_loader::generate(*model, {prompt}, one);
-  report("prefill (128-token prompt)", prompt.size() / seconds_since(start), "tokens/s");
+  report("prefill (128-token prompt)", prompt.size() / since(start), "tokens/s");
 
   for (int batch : {1, 8}) {
     model_loader::SamplingParams params;
@@ -117,7 +97,7 @@ int main(int argc, char** argv) {
     start = Clock::now();
     for (int i = 0; i < 32; ++i)
       model_loader::step(*model, pointers);
-    report("decode batch " + std::to_string(batch), batch * 32 / seconds_since(start), "tokens/s",
+    report("decode batch " + std::to_string(batch), batch * 32 / since(start), "tokens/s",
            {{"batch", batch}});
   }
   std::printf("model: %s, %.0f MB bf16, %u threads\n", std::string(c.architecture_name()).c_str(),

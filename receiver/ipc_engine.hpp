@@ -27,7 +27,7 @@ struct IpcSource {
 
 // Every parameter's source among the exports offered for GPU `uuid`. ValueError with vLLM's
 // message ("IPC handle not found for GPU UUID <u>. Available UUIDs: [...]") when this GPU has
-// none, and when a packed chunk's tensors overrun its export. No CUDA needed: tested anywhere.
+// none. No CUDA needed: tested anywhere.
 std::vector<IpcSource> locate_ipc_sources(const protocol::IpcUpdateInfo& update_info,
                                           const std::string& uuid);
 

@@ -129,9 +129,7 @@ void BroadcastTrainerEngine::send_weights() {
   WeightSource& src = *source();
   auto meta = src.metadata();  // every rank: it may be a collective
   if (!is_sender()) {
-    auto stream = src.iter();  // join the trainer-side collectives, send nothing
-    while (stream->next()) {
-    }
+    iterate_without_sending();
     return;
   }
   if (!communicator_) {

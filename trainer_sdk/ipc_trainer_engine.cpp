@@ -58,9 +58,7 @@ std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
 void IpcTrainerEngine::send_weights() {
   auto meta = source()->metadata();
   if (!is_sender()) {
-    auto stream = source()->iter();
-    while (stream->next()) {
-    }
+    iterate_without_sending();
     return;
   }
   if (info_.packed) {

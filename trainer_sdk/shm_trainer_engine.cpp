@@ -44,9 +44,7 @@ std::unique_ptr<ShmTrainerEngine> ShmTrainerEngine::trainer_init(
 void ShmTrainerEngine::send_weights() {
   auto meta = source()->metadata();
   if (!is_sender()) {
-    auto stream = source()->iter();
-    while (stream->next()) {
-    }
+    iterate_without_sending();
     return;
   }
   if (!ring_) throw protocol::RuntimeError("the shm buffers are closed; call trainer_init again");

@@ -57,4 +57,10 @@ void verify_against_source(WeightSyncClient& client, WeightSource& source) {
   }
 }
 
+void TrainerWeightTransferEngine::iterate_without_sending() const {
+  auto stream = source_->iter();
+  while (stream->next()) {
+  }
+}
+
 }  // namespace hotswap::trainer_sdk

@@ -52,6 +52,9 @@ class TrainerWeightTransferEngine {
   std::shared_ptr<WeightSyncClient> client_shared() const { return client_; }
   // The source, or nullptr for delta backends.
   WeightSource* source() const { return source_.get(); }
+  // A non-sender rank's round: one pass over the source, sending nothing. It still iterates, as
+  // vLLM's non-sender ranks do, because a sharded source may run collectives among ranks.
+  void iterate_without_sending() const;
   // The version this round commits (set by push()).
   const std::optional<std::string>& round_version() const { return round_version_; }
 

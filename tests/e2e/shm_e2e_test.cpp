@@ -163,6 +163,22 @@ BOOST_FIXTURE_TEST_CASE(a_source_tensor_outside_its_arena_is_refused, Fixture) {
   engine->push({"fixed", true});
 }
 
+BOOST_FIXTURE_TEST_CASE(an_arena_tensor_unlike_the_metadata_is_refused_before_any_rpc, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  auto arena = std::make_shared<trainer_sdk::SharedWeightArena>(1 << 20);
+  const auto tensors = new_ckpt.tensors();
+  // The arena holds the first tensor as float32; the source declares it bfloat16.
+  arena->copy_in(tensors[0].first, tensors[0].second.to(at::kFloat));
+  trainer_sdk::ShmTrainerInitInfo info(1, 0);
+  info.packed_buffer_size_bytes = 8192;
+  info.arena = arena;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+  HOTSWAP_CHECK_THROW_MSG(engine->send_weights(), protocol::ValueError,
+                          "'" + tensors[0].first + "' is float32");
+  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+}
+
 BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything, Fixture) {
   auto w = worker();
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);

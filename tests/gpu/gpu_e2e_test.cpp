@@ -34,13 +34,8 @@ struct NeedsGpus {
     const auto gpu = transport::gpu_runtime_info();
     if (gpu.device_count < kGpus) {
       std::printf("SKIPPED: %s needs %d GPU(s); this machine has %d%s%s\n",
-                  boost::unit_test::framework::current_test_case().p_parent_id == 0
-                      ? "this suite"
-                      : boost::unit_test::framework::get<boost::unit_test::test_suite>(
-                            boost::unit_test::framework::current_test_case().p_parent_id)
-                            .p_name->c_str(),
-                  kGpus, gpu.device_count, gpu.device_error.empty() ? "" : ": ",
-                  gpu.device_error.c_str());
+                  boost::unit_test::framework::current_test_case().full_name().c_str(), kGpus,
+                  gpu.device_count, gpu.device_error.empty() ? "" : ": ", gpu.device_error.c_str());
       std::fflush(stdout);
       std::exit(77);
     }

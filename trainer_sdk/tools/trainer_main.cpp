@@ -131,17 +131,19 @@ int main(int argc, char** argv) {
         if (!path.empty()) std::filesystem::remove_all(path, ec);
       }
     } cleanup{owned_disk_dir};
+    // What the dense broadcast backends (gloo, nccl) take from the command line.
+    auto with_flags = [&](trainer_sdk::BroadcastTransferParams& params) {
+      params.packed = packed;
+      params.packed_buffer_size_bytes = buffer_size;
+      params.timeout = timeout;
+    };
     if (backend == "gloo") {
       trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, rank);
-      info.packed = packed;
-      info.packed_buffer_size_bytes = buffer_size;
-      info.timeout = timeout;
+      with_flags(info);
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else if (backend == "nccl") {
       trainer_sdk::NcclTrainerInitInfo info(master_address, master_port, world_size, rank);
-      info.packed = packed;
-      info.packed_buffer_size_bytes = buffer_size;
-      info.timeout = timeout;
+      with_flags(info);
       info.device = device;
       info.use_unique_id = nccl_unique_id;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
