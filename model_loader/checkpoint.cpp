@@ -1,15 +1,21 @@
 #include "model_loader/checkpoint.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
+#include "transport/posix_check.hpp"
 
 namespace hotswap::model_loader {
 
 namespace fs = std::filesystem;
+
+namespace {
+// Real indexes list a few hundred thousand tensors at most: a few MB.
+constexpr std::size_t kMaxIndexBytes = 64u << 20;
+}  // namespace
 
 Checkpoint Checkpoint::open(const fs::path& directory) {
   Checkpoint ckpt;
@@ -23,11 +29,12 @@ Checkpoint Checkpoint::open(const fs::path& directory) {
   std::vector<fs::path> shard_paths;
   std::map<std::string, std::string> weight_map;
   fs::path index_path = directory / "model.safetensors.index.json";
-  if (fs::exists(index_path)) {
-    std::ifstream in(index_path);
-    auto index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
-        !index["weight_map"].is_object()) {
+  if (fs::exists(index_path, ec)) {
+    auto parsed =
+        protocol::parse_bounded_json(read_regular_file(index_path.string(), kMaxIndexBytes));
+    if (!parsed.ok()) throw protocol::ValueError(index_path.string() + " " + parsed.reason);
+    const nlohmann::json& index = parsed.value;
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       throw protocol::ValueError(index_path.string() +
                                  " is not a valid index: it needs a `weight_map` object");
     }
@@ -44,10 +51,10 @@ Checkpoint Checkpoint::open(const fs::path& directory) {
     }
     std::sort(shard_paths.begin(), shard_paths.end());
   } else {
+    // Every *.safetensors entry, whatever it is: one that is not a regular file (a FIFO, a
+    // directory) is refused by name when it is opened, rather than skipped unseen.
     for (const auto& entry : fs::directory_iterator(directory)) {
-      if (entry.path().extension() == ".safetensors" && entry.is_regular_file()) {
-        shard_paths.push_back(entry.path());
-      }
+      if (entry.path().extension() == ".safetensors") shard_paths.push_back(entry.path());
     }
     std::sort(shard_paths.begin(), shard_paths.end());
   }
@@ -57,7 +64,12 @@ Checkpoint Checkpoint::open(const fs::path& directory) {
   }
 
   for (const auto& path : shard_paths) {
-    auto file = SafetensorsFile::open(path.string());
+    std::shared_ptr<SafetensorsFile> file;
+    try {
+      file = SafetensorsFile::open(path.string());
+    } catch (const transport::PosixError& e) {
+      throw protocol::ValueError("cannot open shard " + path.string() + ": " + e.reason());
+    }
     std::size_t file_index = ckpt.files_.size();
     for (const auto& info : file->tensors()) {
       auto [it, inserted] = ckpt.where_.try_emplace(info.name, file_index, &info);

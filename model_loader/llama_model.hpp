@@ -82,7 +82,7 @@ class LlamaModel final : public LoadableModel {
   void zero_weights();
 
   // SHA-256 of each runtime tensor's bytes, keyed `<key_prefix><runtime name>` (vLLM's checker
-  // prefixes "dp0:pp0:pcp0:tp0:ep0:"); int8 scales appear as `<name>_scale`.
+  // prefixes "dp0:pp0:pcp0:tp0:"); int8 scales appear as `<name>_scale`.
   std::map<std::string, std::string> runtime_checksums(const std::string& key_prefix) const;
   // SHA-256 of each checkpoint tensor rebuilt from runtime storage (unfused, in the dtype the
   // checkpoint had), keyed by its Hugging Face name. A ValueError when the runtime format is

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "protocol/errors.hpp"
 #include "transport/posix_check.hpp"
 
 namespace hotswap::model_loader {
@@ -16,6 +17,10 @@ namespace {
 // Closes a descriptor if a later step of opening fails.
 struct FdGuard {
   int fd;
+  explicit FdGuard(int f) : fd(f) {}
+  FdGuard(FdGuard&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
   ~FdGuard() {
     if (fd >= 0) ::close(fd);
   }
@@ -25,19 +30,58 @@ struct FdGuard {
 std::uint8_t* map(int fd, std::size_t size, int prot, int flags, const std::string& path) {
   if (size == 0) return nullptr;
   void* p = ::mmap(nullptr, size, prot, flags, fd, 0);
-  if (p == MAP_FAILED) {
-    transport::throw_posix_error(errno, "mmap", path.c_str(), __FILE__, __LINE__);
-  }
+  if (p == MAP_FAILED) transport::throw_posix_error(errno, "map", path);
   return static_cast<std::uint8_t*>(p);
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Opens `path` for reading only when it is a regular file. O_NONBLOCK: opening a FIFO for
+// reading would otherwise wait for a writer forever, before fstat could refuse it.
+FdGuard open_regular(const std::string& path, struct stat& st) {
+  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
+  HOTSWAP_POSIX_CHECK(fd.fd, "open", path);
+  HOTSWAP_POSIX_CHECK(::fstat(fd.fd, &st), "stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    throw protocol::ValueError(path + " is " + file_kind(st.st_mode) +
+                               "; hotswap reads only regular files");
+  }
+  return fd;
 }
 
 }  // namespace
 
-MappedFile MappedFile::open_read_only(const std::string& path) {
-  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  HOTSWAP_POSIX_CHECK(fd.fd, path);
+std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
   struct stat st {};
-  HOTSWAP_POSIX_CHECK(::fstat(fd.fd, &st), path);
+  FdGuard fd = open_regular(path, st);
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    throw protocol::ValueError(path + " is " + std::to_string(st.st_size) +
+                               " bytes, over the limit of " + std::to_string(max_bytes) +
+                               " for this kind of file");
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::read(fd.fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    HOTSWAP_POSIX_CHECK(n, "read", path);
+    if (n == 0) break;  // it shrank while read: what is there is all there is
+    done += static_cast<std::size_t>(n);
+  }
+  text.resize(done);
+  return text;
+}
+
+MappedFile MappedFile::open_read_only(const std::string& path) {
+  struct stat st {};
+  FdGuard fd = open_regular(path, st);
   auto size = static_cast<std::size_t>(st.st_size);
   std::uint8_t* data = map(fd.fd, size, PROT_READ, MAP_PRIVATE, path);
   return MappedFile(path, fd.release(), data, size);
@@ -45,14 +89,14 @@ MappedFile MappedFile::open_read_only(const std::string& path) {
 
 MappedFile MappedFile::create(const std::string& path, std::size_t size) {
   FdGuard fd{::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  HOTSWAP_POSIX_CHECK(fd.fd, path);
-  HOTSWAP_POSIX_CHECK(::ftruncate(fd.fd, static_cast<off_t>(size)), path);
+  HOTSWAP_POSIX_CHECK(fd.fd, "create", path);
+  HOTSWAP_POSIX_CHECK(::ftruncate(fd.fd, static_cast<off_t>(size)), "resize", path);
   std::uint8_t* data = map(fd.fd, size, PROT_READ | PROT_WRITE, MAP_SHARED, path);
   return MappedFile(path, fd.release(), data, size);
 }
 
 void MappedFile::sync() {
-  if (data_ != nullptr) HOTSWAP_POSIX_CHECK(::msync(data_, size_, MS_SYNC), path_);
+  if (data_ != nullptr) HOTSWAP_POSIX_CHECK(::msync(data_, size_, MS_SYNC), "flush", path_);
 }
 
 void MappedFile::release() noexcept {

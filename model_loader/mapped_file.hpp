@@ -10,7 +10,8 @@ namespace hotswap::model_loader {
 
 class MappedFile {
  public:
-  // Maps an existing file read-only. An empty file maps to no memory (data() is null).
+  // Maps an existing regular file read-only (a FIFO, device or directory is a ValueError, and
+  // is never waited on). An empty file maps to no memory (data() is null).
   static MappedFile open_read_only(const std::string& path);
   // Creates (or truncates) `path` with `size` bytes and maps it writable and shared.
   static MappedFile create(const std::string& path, std::size_t size);
@@ -40,5 +41,9 @@ class MappedFile {
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// The whole of a small regular file (config.json, an index): a ValueError for anything that is
+// not a regular file or is over `max_bytes`; a PosixError naming the path if it cannot be read.
+std::string read_regular_file(const std::string& path, std::size_t max_bytes);
 
 }  // namespace hotswap::model_loader

@@ -1,9 +1,13 @@
 #include "model_loader/model_config.hpp"
 
 #include <array>
-#include <fstream>
+#include <cmath>
 
+#include "model_loader/mapped_file.hpp"
+#include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/json_fields.hpp"
+#include "transport/posix_check.hpp"
 
 namespace hotswap::model_loader {
 namespace {
@@ -28,24 +32,43 @@ constexpr std::array kArchitectures{
   throw protocol::ValueError(what);
 }
 
-std::int64_t positive_int(const json& config, const char* key,
-                          std::optional<std::int64_t> fallback) {
+// Upper bounds far beyond any released model, so that a typo (vocab_size 2^40) is refused by
+// name here instead of failing as an allocation deep inside libtorch.
+constexpr std::int64_t kMaxWidth = 1 << 20;        // hidden, intermediate, head_dim
+constexpr std::int64_t kMaxCount = 1 << 12;        // layers, heads
+constexpr std::int64_t kMaxVocab = 1 << 24;        // 16.7M tokens (the largest are ~260K)
+constexpr std::int64_t kMaxPositions = 1ll << 30;  // context lengths, windows
+
+std::int64_t positive_int(const json& config, const char* key, std::optional<std::int64_t> fallback,
+                          std::int64_t max) {
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) {
     if (fallback) return *fallback;
     unsupported(std::string("`") + key + "` is required");
   }
-  if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
-    unsupported(std::string("`") + key + "` must be a positive integer, got " + it->dump());
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(max)) ||
+      it->get<std::int64_t>() <= 0) {
+    unsupported(std::string("`") + key + "` must be a positive integer, got " +
+                protocol::describe_json(*it));
+  }
+  if (it->get<std::int64_t>() > max) {
+    unsupported(std::string("`") + key + "` is " + protocol::describe_json(*it) +
+                ", beyond any model hotswap can "
+                "serve (at most " +
+                std::to_string(max) + ")");
   }
   return it->get<std::int64_t>();
 }
 
-double number(const json& config, const char* key, double fallback) {
+// A finite number greater than zero (epsilons, rope bases and factors).
+double positive_number(const json& config, const char* key, double fallback) {
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) return fallback;
-  if (!it->is_number())
-    unsupported(std::string("`") + key + "` must be a number, got " + it->dump());
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || !(it->get<double>() > 0.0)) {
+    unsupported(std::string("`") + key + "` must be a positive finite number, got " +
+                protocol::describe_json(*it));
+  }
   return it->get<double>();
 }
 
@@ -58,7 +81,7 @@ bool flag(const json& config, const char* key, bool fallback) {
 
 // `rope_scaling` (v4) or `rope_parameters` (v5): null/default, or llama3.
 void read_rope(const json& config, ModelConfig& out) {
-  out.rope_theta = number(config, "rope_theta", 10000.0);
+  out.rope_theta = positive_number(config, "rope_theta", 10000.0);
   const json* rope = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = config.find(key);
@@ -68,19 +91,26 @@ void read_rope(const json& config, ModelConfig& out) {
     }
   }
   if (rope == nullptr) return;
-  if (!rope->is_object()) unsupported("`rope_scaling` must be an object, got " + rope->dump());
-  out.rope_theta = number(*rope, "rope_theta", out.rope_theta);
-  std::string type = rope->value("rope_type", rope->value("type", std::string("default")));
+  if (!rope->is_object())
+    unsupported("`rope_scaling` must be an object, got " + protocol::describe_json(*rope));
+  out.rope_theta = positive_number(*rope, "rope_theta", out.rope_theta);
+  std::string type = "default";
+  for (const char* key : {"type", "rope_type"}) {  // rope_type wins where both are given
+    auto it = rope->find(key);
+    if (it == rope->end() || it->is_null()) continue;
+    if (!it->is_string()) unsupported("`rope_scaling." + std::string(key) + "` must be a string");
+    type = it->get<std::string>();
+  }
   if (type == "default") return;
   if (type != "llama3") {
     unsupported("rope type '" + type + "' is not supported (hotswap supports default and llama3)");
   }
   Llama3RopeScaling s;
-  s.factor = number(*rope, "factor", s.factor);
-  s.low_freq_factor = number(*rope, "low_freq_factor", s.low_freq_factor);
-  s.high_freq_factor = number(*rope, "high_freq_factor", s.high_freq_factor);
-  s.original_max_position_embeddings =
-      positive_int(*rope, "original_max_position_embeddings", s.original_max_position_embeddings);
+  s.factor = positive_number(*rope, "factor", s.factor);
+  s.low_freq_factor = positive_number(*rope, "low_freq_factor", s.low_freq_factor);
+  s.high_freq_factor = positive_number(*rope, "high_freq_factor", s.high_freq_factor);
+  s.original_max_position_embeddings = positive_int(
+      *rope, "original_max_position_embeddings", s.original_max_position_embeddings, kMaxPositions);
   if (s.low_freq_factor >= s.high_freq_factor) {
     unsupported("llama3 rope scaling needs low_freq_factor < high_freq_factor");
   }
@@ -130,13 +160,15 @@ static ModelConfig parse(const json& config) {
                 "Qwen3ForCausalLM are)");
   }
 
-  out.hidden_size = positive_int(config, "hidden_size", std::nullopt);
-  out.intermediate_size = positive_int(config, "intermediate_size", std::nullopt);
-  out.num_hidden_layers = positive_int(config, "num_hidden_layers", std::nullopt);
-  out.num_attention_heads = positive_int(config, "num_attention_heads", std::nullopt);
-  out.num_key_value_heads = positive_int(config, "num_key_value_heads", out.num_attention_heads);
-  out.vocab_size = positive_int(config, "vocab_size", std::nullopt);
-  out.max_position_embeddings = positive_int(config, "max_position_embeddings", 2048);
+  out.hidden_size = positive_int(config, "hidden_size", std::nullopt, kMaxWidth);
+  out.intermediate_size = positive_int(config, "intermediate_size", std::nullopt, kMaxWidth);
+  out.num_hidden_layers = positive_int(config, "num_hidden_layers", std::nullopt, kMaxCount);
+  out.num_attention_heads = positive_int(config, "num_attention_heads", std::nullopt, kMaxCount);
+  out.num_key_value_heads =
+      positive_int(config, "num_key_value_heads", out.num_attention_heads, kMaxCount);
+  out.vocab_size = positive_int(config, "vocab_size", std::nullopt, kMaxVocab);
+  out.max_position_embeddings =
+      positive_int(config, "max_position_embeddings", 2048, kMaxPositions);
   if (out.num_attention_heads % out.num_key_value_heads != 0) {
     unsupported("num_attention_heads " + std::to_string(out.num_attention_heads) +
                 " is not a multiple of num_key_value_heads " +
@@ -145,13 +177,19 @@ static ModelConfig parse(const json& config) {
   if (out.hidden_size % out.num_attention_heads != 0 && !config.contains("head_dim")) {
     unsupported("hidden_size is not a multiple of num_attention_heads and no head_dim is given");
   }
-  out.head_dim = positive_int(config, "head_dim", out.hidden_size / out.num_attention_heads);
+  out.head_dim =
+      positive_int(config, "head_dim", out.hidden_size / out.num_attention_heads, kMaxWidth);
   if (out.head_dim % 2 != 0) unsupported("head_dim must be even for rotary embeddings");
-  out.rms_norm_eps = number(config, "rms_norm_eps", 1e-6);
+  out.rms_norm_eps = positive_number(config, "rms_norm_eps", 1e-6);
   read_rope(config, out);
   out.tie_word_embeddings = flag(config, "tie_word_embeddings", false);
 
-  std::string act = config.value("hidden_act", std::string("silu"));
+  std::string act = "silu";
+  if (auto it = config.find("hidden_act"); it != config.end() && !it->is_null()) {
+    if (!it->is_string())
+      unsupported("`hidden_act` must be a string, got " + protocol::describe_json(*it));
+    act = it->get<std::string>();
+  }
   if (act != "silu") unsupported("hidden_act '" + act + "' is not supported (silu is)");
   if (flag(config, "mlp_bias", false)) unsupported("mlp_bias=true is not supported");
 
@@ -174,7 +212,7 @@ static ModelConfig parse(const json& config) {
       unsupported("use_sliding_window=true is not supported");
     }
   } else if (auto w = config.find("sliding_window"); w != config.end() && !w->is_null()) {
-    out.sliding_window = positive_int(config, "sliding_window", std::nullopt);
+    out.sliding_window = positive_int(config, "sliding_window", std::nullopt, kMaxPositions);
   }
 
   std::string dtype = "float32";
@@ -202,10 +240,17 @@ ModelConfig ModelConfig::from_json(const json& config) {
 
 ModelConfig ModelConfig::load(const std::filesystem::path& directory) {
   auto path = directory / "config.json";
-  std::ifstream in(path);
-  if (!in) throw protocol::ValueError("cannot read " + path.string());
-  auto config = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) throw protocol::ValueError(path.string() + " is not valid JSON");
+  // Bounded, and never a FIFO or a device: a config is a few KB.
+  constexpr std::size_t kMaxConfigBytes = 16u << 20;
+  std::string text;
+  try {
+    text = read_regular_file(path.string(), kMaxConfigBytes);
+  } catch (const transport::PosixError& e) {
+    throw protocol::ValueError("cannot read " + path.string() + ": " + e.reason());
+  }
+  auto parsed = protocol::parse_bounded_json(text);
+  if (!parsed.ok()) throw protocol::ValueError(path.string() + " " + parsed.reason);
+  const json& config = parsed.value;
   try {
     return parse(config);
   } catch (const protocol::ValueError& e) {

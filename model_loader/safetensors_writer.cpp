@@ -105,7 +105,8 @@ at::Tensor SafetensorsWriter::tensor(std::string_view name) {
 void SafetensorsWriter::commit() {
   file_.sync();
   file_ = MappedFile();
-  HOTSWAP_POSIX_CHECK(std::rename(temp_path_.c_str(), path_.c_str()), path_);
+  HOTSWAP_POSIX_CHECK(std::rename(temp_path_.c_str(), path_.c_str()),
+                      "rename " + temp_path_ + " to", path_);
   committed_ = true;
 }
 

@@ -12,7 +12,7 @@ struct KindInfo {
 };
 
 // The one table that maps error kinds to JSON-RPC codes and back.
-constexpr std::array<KindInfo, 7> kKinds{{
+constexpr std::array<KindInfo, 8> kKinds{{
     {ErrorKind::kParseError, kParseErrorCode, "ParseError"},
     {ErrorKind::kInvalidRequest, kInvalidRequestCode, "InvalidRequest"},
     {ErrorKind::kMethodNotFound, kMethodNotFoundCode, "MethodNotFound"},
@@ -20,6 +20,7 @@ constexpr std::array<KindInfo, 7> kKinds{{
     {ErrorKind::kRuntimeError, kWrongStateCode, "RuntimeError"},
     {ErrorKind::kTimeoutError, kTransferFailedCode, "TimeoutError"},
     {ErrorKind::kTransferError, kTransferFailedCode, "TransferError"},
+    {ErrorKind::kOverloaded, kOverloadedCode, "OverloadedError"},
 }};
 
 const KindInfo& info(ErrorKind kind) noexcept {
@@ -63,6 +64,8 @@ void throw_error(ErrorKind kind, const std::string& message) {
       throw TimeoutError(message);
     case ErrorKind::kTransferError:
       throw TransferError(message);
+    case ErrorKind::kOverloaded:
+      throw OverloadedError(message);
     case ErrorKind::kRuntimeError:
       break;
   }

@@ -19,6 +19,7 @@ enum class ErrorKind {
   kRuntimeError,    // wrong state or order (vLLM's RuntimeError)
   kTimeoutError,    // a blocking wait ran past its timeout
   kTransferError,   // the data plane failed mid-way
+  kOverloaded,      // the worker's queue is full: try again later (HTTP 503)
 };
 
 class Error : public std::runtime_error {
@@ -42,6 +43,7 @@ HOTSWAP_DEFINE_ERROR(ValueError, ErrorKind::kValueError)
 HOTSWAP_DEFINE_ERROR(RuntimeError, ErrorKind::kRuntimeError)
 HOTSWAP_DEFINE_ERROR(TimeoutError, ErrorKind::kTimeoutError)
 HOTSWAP_DEFINE_ERROR(TransferError, ErrorKind::kTransferError)
+HOTSWAP_DEFINE_ERROR(OverloadedError, ErrorKind::kOverloaded)
 #undef HOTSWAP_DEFINE_ERROR
 
 // JSON-RPC 2.0 error codes, as pinned in the architecture page.
@@ -51,6 +53,8 @@ inline constexpr int kMethodNotFoundCode = -32601;
 inline constexpr int kInvalidParamsCode = -32602;
 inline constexpr int kWrongStateCode = -32000;
 inline constexpr int kTransferFailedCode = -32001;
+// hotswap's extension of the pinned codes: too many requests are already waiting.
+inline constexpr int kOverloadedCode = -32002;
 
 // The JSON-RPC code for an error kind.
 int error_code(ErrorKind kind) noexcept;

@@ -1,17 +1,27 @@
 #include "protocol/jsonrpc.hpp"
 
+#include "protocol/bounded_json.hpp"
 #include "protocol/json_fields.hpp"
 
 namespace hotswap::protocol {
 
 using nlohmann::json;
 
-RpcRequest parse_request(std::string_view frame) {
-  json doc = json::parse(frame, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    throw RpcRequestError(ErrorKind::kParseError, "Parse error: the request is not valid JSON",
-                          nullptr);
+RpcRequest parse_request(std::string_view frame, std::size_t max_bytes) {
+  auto parsed = parse_bounded_json(frame, JsonBounds{.max_bytes = max_bytes});
+  switch (parsed.refusal) {
+    case JsonRefusal::kNone:
+      break;
+    case JsonRefusal::kTooLarge:
+      throw RpcRequestError(ErrorKind::kInvalidRequest,
+                            "Invalid Request: the request " + parsed.reason +
+                                " bytes this worker accepts (--max-request-bytes)",
+                            nullptr);
+    default:
+      throw RpcRequestError(ErrorKind::kParseError, "Parse error: the request " + parsed.reason,
+                            nullptr);
   }
+  json& doc = parsed.value;
   if (!doc.is_object()) {
     throw RpcRequestError(ErrorKind::kInvalidRequest,
                           "Invalid Request: expected a JSON object, got " + describe_json(doc),
@@ -26,9 +36,14 @@ RpcRequest parse_request(std::string_view frame) {
           nullptr);
     }
     request.id = *it;
+    request.id_text = it->dump();
+    if (it->is_number()) {
+      if (auto raw = top_level_member_text(frame, "id")) request.id_text = std::string(*raw);
+    }
   }
   auto invalid = [&](const std::string& why) {
-    return RpcRequestError(ErrorKind::kInvalidRequest, "Invalid Request: " + why, request.id);
+    return RpcRequestError(ErrorKind::kInvalidRequest, "Invalid Request: " + why, request.id,
+                           request.id_text);
   };
   auto version = doc.find("jsonrpc");
   if (version == doc.end() || *version != "2.0") {
@@ -78,8 +93,18 @@ json make_error(const json& id, const std::exception& error) {
   return make_error(id, ErrorKind::kRuntimeError, error.what());
 }
 
+std::string reply_frame(const json& reply, std::string_view id_text) {
+  json rest = reply;
+  rest.erase("id");
+  std::string body = rest.dump();  // "{...}"
+  std::string out = "{\"id\":";
+  out += id_text;
+  out += body.size() > 2 ? "," + body.substr(1) : std::string("}");
+  return out;
+}
+
 json parse_response(std::string_view frame) {
-  json doc = json::parse(frame, nullptr, /*allow_exceptions=*/false);
+  json doc = parse_bounded_json(frame).value;
   if (doc.is_discarded() || !doc.is_object() || doc.value("jsonrpc", "") != "2.0") {
     throw TransferError("malformed JSON-RPC reply: " + std::string(frame.substr(0, 200)));
   }

@@ -11,7 +11,12 @@ constexpr const char* kUpdateType = "ShmWeightTransferUpdateInfo";
 
 bool is_valid_shm_name(const std::string& name) {
   return name.size() >= 2 && name.size() <= 255 && name[0] == '/' &&
-         name.find('/', 1) == std::string::npos;
+         name.find('/', 1) == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+bool is_hotswap_shm_name(const std::string& name) {
+  return is_valid_shm_name(name) && name.starts_with(kShmNamePrefix) &&
+         name.size() > kShmNamePrefix.size();
 }
 
 ShmInitInfo ShmInitInfo::from_json(const nlohmann::json& object) {
@@ -29,10 +34,10 @@ ShmInitInfo ShmInitInfo::from_json(const nlohmann::json& object) {
     throw ValueError(prefix + "`segment_names` must name at least one shared-memory buffer");
   }
   for (std::size_t i = 0; i < info.segment_names.size(); ++i) {
-    if (!is_valid_shm_name(info.segment_names[i])) {
+    if (!is_hotswap_shm_name(info.segment_names[i])) {
       throw ValueError(prefix + "`segment_names[" + std::to_string(i) +
-                       "]` must be a POSIX shared-memory name like '/hotswap-1234-0' (a leading "
-                       "'/', no other '/', at most 255 characters), got '" +
+                       "]` must be a hotswap shared-memory name like '/hotswap-1234-0' (the "
+                       "prefix /hotswap-, no other '/', at most 255 characters), got '" +
                        info.segment_names[i] + "'");
     }
   }
@@ -40,10 +45,10 @@ ShmInitInfo ShmInitInfo::from_json(const nlohmann::json& object) {
     throw ValueError(prefix + "`packed_buffer_size_bytes` must be positive, got " +
                      std::to_string(info.packed_buffer_size_bytes));
   }
-  if (info.arena_name && !is_valid_shm_name(*info.arena_name)) {
+  if (info.arena_name && !is_hotswap_shm_name(*info.arena_name)) {
     throw ValueError(prefix +
-                     "`arena_name` must be a POSIX shared-memory name like "
-                     "'/hotswap-1234-arena' (a leading '/', no other '/', at most 255 "
+                     "`arena_name` must be a hotswap shared-memory name like "
+                     "'/hotswap-1234-arena-0' (the prefix /hotswap-, no other '/', at most 255 "
                      "characters), got '" +
                      *info.arena_name + "'");
   }

@@ -9,7 +9,8 @@
 // Zero-copy tensors: a trainer whose weights already live in a shared-memory arena (one more
 // POSIX segment, `arena_name` at the handshake) need not copy them into the buffers at all.
 // Each round's `arena_offsets` (parallel to `names`) gives the byte offset of such a tensor in
-// the arena, or -1 for a tensor that travels in the packed chunks; the chunk plan covers only
+// the arena's data area (after the segment's 64-byte header), or -1 for a tensor that travels
+// in the packed chunks; the chunk plan covers only
 // the -1 tensors, in order. Workers copy arena tensors straight into the model: one copy of
 // each byte instead of two, as `ipc` reads a trainer's CUDA tensors through their handles.
 #pragma once
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,7 +57,13 @@ struct ShmUpdateInfo {
   nlohmann::json to_json() const;
 };
 
+// Every segment a hotswap trainer makes is named "/hotswap-<pid>-...", and a worker opens no
+// other: a control client cannot point a worker at some other program's shared memory.
+inline constexpr std::string_view kShmNamePrefix = "/hotswap-";
+
 // True for a name shm_open accepts portably: a leading '/', no other '/', 2..255 characters.
 bool is_valid_shm_name(const std::string& name);
+// A valid name with hotswap's prefix.
+bool is_hotswap_shm_name(const std::string& name);
 
 }  // namespace hotswap::protocol

@@ -1,18 +1,30 @@
 #include "receiver/shm_engine.hpp"
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-
-#include <cstring>
 
 #include "protocol/chunk_plan.hpp"
+#include "transport/guarded_copy.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
+namespace {
+
+protocol::TransferError shrunk_under_copy(const std::string& segment) {
+  return protocol::TransferError(
+      "shm: " + segment +
+      " was shrunk while its bytes were being copied (its trainer truncated it); the round is "
+      "abandoned and the previous weights keep serving");
+}
+
+}  // namespace
+
+ShmWeightTransferEngine::~ShmWeightTransferEngine() {
+  watch_.reset();  // before the segments it may unlink go
+}
 
 void ShmWeightTransferEngine::init_transfer_channel(const protocol::ShmInitInfo& info) {
-  ring_.reset();
-  arena_.reset();
+  // A trainer killed before it ever reached a worker leaves segments nobody named: sweep.
+  transport::ShmSegment::remove_orphans();
   auto ring = std::make_unique<transport::ShmRing>(transport::ShmRing::open(info.segment_names));
   if (ring->buffer_bytes() < static_cast<std::size_t>(info.packed_buffer_size_bytes)) {
     throw protocol::ValueError(
@@ -22,27 +34,62 @@ void ShmWeightTransferEngine::init_transfer_channel(const protocol::ShmInitInfo&
   std::unique_ptr<transport::ShmSegment> arena;
   if (info.arena_name) {
     arena = std::make_unique<transport::ShmSegment>(
-        transport::ShmSegment::open(*info.arena_name, transport::ShmSegment::Access::kReadOnly));
+        transport::ShmSegment::open(*info.arena_name, transport::ShmKind::kWeightArena,
+                                    transport::ShmSegment::Access::kReadOnly));
+    if (arena->creator().pid != ring->creator().pid ||
+        arena->creator().start_time != ring->creator().start_time) {
+      throw protocol::ValueError("the shared weight arena " + *info.arena_name +
+                                 " was made by another process (pid " +
+                                 std::to_string(arena->creator().pid) + ") than the buffers (pid " +
+                                 std::to_string(ring->creator().pid) + ")");
+    }
   }
+  close_channel();  // the previous trainer's, its segments unlinked if it is gone
   ring_ = std::move(ring);
   arena_ = std::move(arena);
-  names_ = info.segment_names;
-  if (info.arena_name) names_.push_back(*info.arena_name);
+  trainer_gone_ = false;
+  // Unlink what the trainer made the moment it is gone, whatever this worker is doing then.
+  std::vector<std::string> names = info.segment_names;
+  if (info.arena_name) names.push_back(*info.arena_name);
+  watch_ = std::make_unique<transport::ProcessWatch>(ring_->creator(), [this, names] {
+    trainer_gone_ = true;
+    for (const auto& name : names)
+      transport::ShmSegment::unlink_if_orphaned(name);
+  });
 }
 
-void ShmWeightTransferEngine::unlink_dead_trainers_segments() {
-  // A live trainer still owns its segments (it unlinks them itself, and other workers may yet
-  // open them: its arena is its model); one that is gone cannot.
-  for (const auto& name : names_) {
-    if (!transport::ShmSegment::creator_alive(name)) transport::ShmSegment::unlink(name);
-  }
+void ShmWeightTransferEngine::close_channel() {
+  watch_.reset();
+  std::vector<std::string> names;
+  if (ring_) names = ring_->names();
+  if (arena_) names.push_back(arena_->name());
+  ring_.reset();
+  arena_.reset();
+  for (const auto& name : names)
+    transport::ShmSegment::unlink_if_orphaned(name);
 }
 
 void ShmWeightTransferEngine::shutdown() {
-  unlink_dead_trainers_segments();
-  names_.clear();
-  ring_.reset();
-  arena_.reset();
+  close_channel();
+  transport::ShmSegment::remove_orphans();
+}
+
+void ShmWeightTransferEngine::copy_in(const protocol::ParamMeta& p, const std::uint8_t* bytes,
+                                      const std::string& segment) {
+  const auto type = transport::to_scalar_type(p.dtype);
+  const std::size_t n = p.nbytes();
+  // Straight into the model's staged copy where it takes the bytes as they are.
+  if (auto destination = model().destination_for(p.name, type, p.shape);
+      destination && destination->device().is_cpu() && destination->is_contiguous()) {
+    if (!transport::guarded_parallel_copy(destination->data_ptr(), bytes, n)) {
+      throw shrunk_under_copy(segment);
+    }
+    model().mark_received(p.name);
+    return;
+  }
+  at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(type));
+  if (!transport::guarded_parallel_copy(t.data_ptr(), bytes, n)) throw shrunk_under_copy(segment);
+  model().load_weights({{p.name, t.to(device())}});
 }
 
 void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& update_info) {
@@ -60,22 +107,18 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
   // Every offset is checked before any byte moves: a bad one loses nothing.
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!update_info.in_arena(i)) continue;
-    const auto end = static_cast<std::uint64_t>(update_info.arena_offsets[i]) + params[i].nbytes();
-    if (end > arena_->size()) {
-      throw protocol::ValueError("'" + params[i].name + "' would end at byte " +
-                                 std::to_string(end) + " of the shared weight arena " +
-                                 arena_->name() + ", which holds " +
-                                 std::to_string(arena_->size()));
+    const auto offset = static_cast<std::uint64_t>(update_info.arena_offsets[i]);
+    const std::uint64_t size = arena_->payload_size();
+    if (offset > size || params[i].nbytes() > size - offset) {
+      throw protocol::ValueError("'" + params[i].name + "' at byte " + std::to_string(offset) +
+                                 " would run past the end of the shared weight arena " +
+                                 arena_->name() + ", which holds " + std::to_string(size));
     }
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!update_info.in_arena(i)) continue;
-    const auto& p = params[i];
-    // Offsets are aligned for their dtype (protocol checked): a view, copied once by the model.
-    at::Tensor view = at::from_blob(arena_->data() + update_info.arena_offsets[i], p.shape,
-                                    at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)));
-    model().load_weights({{p.name, view.to(device())}});
-    add_bytes_received(p.nbytes());
+    copy_in(params[i], arena_->payload() + update_info.arena_offsets[i], arena_->name());
+    add_bytes_received(params[i].nbytes());
   }
 }
 
@@ -84,38 +127,32 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
     throw protocol::RuntimeError(
         "Shm weight transfer not initialized. Call init_transfer_engine() first.");
   }
-  std::vector<std::size_t> indices;  // of each buffered tensor in update_info.params
-  const auto plan =
-      protocol::plan_ipc_chunks(update_info.buffered_params(&indices), ring_->buffer_bytes());
-  load_from_arena(update_info);
-  const auto timeout = context().timeout;
   try {
+    // A segment shrunk since the handshake fails the round before anything is read.
+    ring_->check_intact();
+    if (arena_) arena_->check_intact();
+    std::vector<std::size_t> indices;  // of each buffered tensor in update_info.params
+    const auto plan =
+        protocol::plan_ipc_chunks(update_info.buffered_params(&indices), ring_->buffer_bytes());
+    load_from_arena(update_info);
+    const auto names = ring_->names();
     for (std::size_t c = 0; c < plan.size(); ++c) {
       const auto sequence = static_cast<std::uint64_t>(update_info.first_sequence) + c;
-      const std::uint8_t* chunk = ring_->acquire_for_read(sequence, timeout);
-      std::vector<model_loader::NamedTensor> weights;
+      const std::uint8_t* chunk =
+          ring_->acquire_for_read(sequence, context().timeout, &trainer_gone_);
+      const std::string& segment = names[sequence % names.size()];
       for (const auto& slice : plan[c].slices) {
-        const auto& p = update_info.params[indices[slice.param_index]];
-        auto options = at::TensorOptions().dtype(transport::to_scalar_type(p.dtype));
-        at::Tensor t;
-        if (slice.offset % protocol::item_size(p.dtype) == 0 && slice.size > 0) {
-          // A view of the shared buffer: the model copies it once, where it belongs.
-          t = at::from_blob(const_cast<std::uint8_t*>(chunk) + slice.offset, p.shape, options);
-        } else {
-          t = at::empty(p.shape, options);  // misaligned for its dtype: copy out first
-          if (slice.size > 0) std::memcpy(t.data_ptr(), chunk + slice.offset, slice.size);
-        }
-        weights.emplace_back(p.name, t.to(device()));
+        copy_in(update_info.params[indices[slice.param_index]], chunk + slice.offset, segment);
       }
-      model().load_weights(weights);  // copies: only then may the trainer refill the buffer
-      ring_->release(sequence);
+      ring_->release(sequence);  // only now may the trainer refill the buffer
       add_bytes_received(plan[c].size_bytes);
     }
-  } catch (const protocol::TimeoutError&) {
-    // The trainer stopped serving chunks: if it is gone, clear what it left behind.
-    unlink_dead_trainers_segments();
-    ring_.reset();
-    arena_.reset();
+  } catch (const protocol::ValueError&) {
+    throw;  // a bad round; the channel is fine
+  } catch (...) {
+    // A trainer that died, stalled or broke its segments: this handshake is over. Its
+    // segments go now if it is gone (else with it, through the watch).
+    if (trainer_gone_ || !watch_ || !watch_->process().alive()) close_channel();
     throw;
   }
 }

@@ -8,16 +8,25 @@
 // and copies the round's arena tensors (by the offsets in update_info) straight into the model,
 // every offset checked against the arena's size before the first byte is copied.
 //
-// If the trainer dies mid-round the wait times out: the session fails, and the engine unlinks
-// the segments the dead trainer left behind. Segment names carry their creator's pid, so a
-// worker only ever unlinks the segments of a trainer that is gone: a live one's arena is its
-// model, which other workers may still need to open.
+// A trainer is trusted with nothing: each segment is checked before it is opened (a hotswap
+// name, this user's, a hotswap header that matches its size: transport/shm_segment.hpp), again
+// before every round (still its size), and every byte is copied with a guard that turns a
+// SIGBUS from a segment shrunk mid-copy into a failed round. The previous weights keep serving.
+//
+// Nothing a trainer leaves stays in /dev/shm: the engine watches the trainer process and
+// unlinks its segments the moment it is gone (killed mid-round, or idle after init), and at
+// every handshake and shutdown sweeps /dev/shm for hotswap segments whose creator is gone.
+// A live trainer's segments are never removed: its arena is its model, which other workers
+// may still need.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "protocol/shm_info.hpp"
 #include "receiver/weight_transfer_engine.hpp"
+#include "transport/process_watch.hpp"
 #include "transport/shm_ring.hpp"
 
 namespace hotswap::receiver {
@@ -26,12 +35,11 @@ class ShmWeightTransferEngine final
     : public TypedWeightTransferEngine<protocol::ShmInitInfo, protocol::ShmUpdateInfo> {
  public:
   using TypedWeightTransferEngine::TypedWeightTransferEngine;
+  ~ShmWeightTransferEngine() override;
 
   std::string_view name() const override { return "ShmWeightTransferEngine"; }
   void start_weight_update() override { model().start_reload(); }
   void finish_weight_update() override { model().finish_reload(); }
-  // Also unlinks the segments of a trainer that is gone, so that nothing it left stays in
-  // /dev/shm.
   void shutdown() override;
 
  protected:
@@ -40,11 +48,15 @@ class ShmWeightTransferEngine final
 
  private:
   void load_from_arena(const protocol::ShmUpdateInfo& update_info);
-  void unlink_dead_trainers_segments();
+  // One tensor's bytes, read from `segment` with a guard, into the model.
+  void copy_in(const protocol::ParamMeta& param, const std::uint8_t* bytes,
+               const std::string& segment);
+  void close_channel();
 
   std::unique_ptr<transport::ShmRing> ring_;
   std::unique_ptr<transport::ShmSegment> arena_;
-  std::vector<std::string> names_;  // every segment the trainer made: the ring's and the arena
+  std::unique_ptr<transport::ProcessWatch> watch_;  // the trainer that made the segments
+  std::atomic<bool> trainer_gone_{false};
 };
 
 }  // namespace hotswap::receiver

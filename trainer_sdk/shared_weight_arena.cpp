@@ -24,8 +24,8 @@ SharedWeightArena::SharedWeightArena(std::size_t capacity_bytes) {
   static std::atomic<int> instances{0};
   const std::string name =
       "/hotswap-" + std::to_string(::getpid()) + "-arena-" + std::to_string(instances++);
-  segment_ = std::make_shared<transport::ShmSegment>(
-      transport::ShmSegment::create(name, aligned(capacity_bytes)));
+  segment_ = std::make_shared<transport::ShmSegment>(transport::ShmSegment::create(
+      name, transport::ShmKind::kWeightArena, aligned(capacity_bytes)));
 }
 
 std::size_t SharedWeightArena::bytes_for(std::span<const protocol::ParamMeta> params) {
@@ -51,7 +51,7 @@ at::Tensor SharedWeightArena::allocate(const std::string& name, at::IntArrayRef 
   // The deleter holds the mapping: a tensor outliving the arena object still reads valid memory.
   auto keep = segment_;
   at::Tensor t = at::from_blob(
-      segment_->data() + used_, shape, [keep](void*) {}, at::TensorOptions().dtype(dtype));
+      segment_->payload() + used_, shape, [keep](void*) {}, at::TensorOptions().dtype(dtype));
   entries_.emplace(name, Entry{static_cast<std::int64_t>(used_), meta, t});
   used_ += aligned(bytes);
   return t;

@@ -41,7 +41,7 @@ class SharedWeightArena {
 
   // Where `name`'s tensor lives, if it was allocated here.
   struct Entry {
-    std::int64_t offset;
+    std::int64_t offset;  // in the data area, after the segment's header
     protocol::ParamMeta meta;
     at::Tensor tensor;
   };
@@ -50,7 +50,7 @@ class SharedWeightArena {
   bool holds(const std::string& name, const at::Tensor& tensor) const;
 
   const std::string& name() const { return segment_->name(); }
-  std::size_t capacity() const { return segment_->size(); }
+  std::size_t capacity() const { return segment_->payload_size(); }
   std::size_t used() const { return used_; }
 
  private:

@@ -1,5 +1,7 @@
 #include "transport/device.hpp"
 
+#include <ATen/Context.h>
+
 #include "protocol/errors.hpp"
 
 #ifdef HOTSWAP_WITH_CUDA
@@ -10,6 +12,34 @@
 #endif
 
 namespace hotswap::transport {
+
+c10::Device parse_device(const std::string& name) {
+  const std::string flag = "--device " + name + ": ";
+  int index = -1;
+  if (name == "cpu") return c10::Device(c10::kCPU);
+  if (name != "cuda") {
+    const std::string prefix = "cuda:";
+    if (!name.starts_with(prefix) || name.size() == prefix.size() ||
+        name.size() > prefix.size() + 4 ||
+        name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
+      throw protocol::ValueError(flag + "expected cpu, cuda or cuda:N");
+    }
+    index = std::stoi(name.substr(prefix.size()));
+  }
+  if (!at::hasCUDA()) {
+    throw protocol::ValueError(flag +
+                               "this build's libtorch has no CUDA (it is a CPU-only libtorch); "
+                               "run with --device cpu, or build hotswap against a CUDA libtorch");
+  }
+  const auto info = gpu_runtime_info();
+  if (info.built_with_cuda && index >= info.device_count) {
+    throw protocol::ValueError(flag + "this machine has " + std::to_string(info.device_count) +
+                               " GPU(s)" +
+                               (info.device_error.empty() ? "" : " (" + info.device_error + ")"));
+  }
+  return index < 0 ? c10::Device(c10::kCUDA)
+                   : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
 
 void synchronize_device(const c10::Device& device) {
   if (device.is_cpu()) return;

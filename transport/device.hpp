@@ -7,6 +7,11 @@
 
 namespace hotswap::transport {
 
+// The device a `--device` flag names ("cpu", "cuda", "cuda:N"), checked against what this build
+// and machine have: a ValueError in one line (never libtorch's dispatcher dump) for a malformed
+// name, a CUDA device on a libtorch built without CUDA, or a GPU index the machine lacks.
+c10::Device parse_device(const std::string& name);
+
 // Blocks until all work queued on `device` has finished (vLLM's
 // `torch.accelerator.synchronize()`), so that a returned update means the bytes have landed.
 // A no-op for the CPU; a RuntimeError for a CUDA device in a build without CUDA.

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "protocol/errors.hpp"
+#include "transport/exception_text.hpp"
 #include "transport/posix_check.hpp"
 #include "transport/rendezvous_store.hpp"
 
@@ -57,7 +58,7 @@ std::string local_address_towards(const std::string& remote) {
 
 int pick_free_port(const std::string& host) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  HOTSWAP_POSIX_CHECK(fd, "socket");
+  HOTSWAP_POSIX_CHECK(fd, "open", "a TCP socket to find a free port");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
@@ -89,7 +90,8 @@ GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)
   } catch (const protocol::Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw protocol::TransferError("gloo rendezvous at " + r.describe() + " failed: " + e.what());
+    throw protocol::TransferError("gloo rendezvous at " + r.describe() +
+                                  " failed: " + one_line_cause(e));
   }
   // The warm-up all-reduce vLLM's communicators issue before any broadcast.
   at::Tensor warm = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));
@@ -104,7 +106,7 @@ void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds 
   try {
     work->wait(timeout);
   } catch (const std::exception& e) {
-    std::string text = e.what();
+    const std::string text = one_line_cause(e);
     if (text.find("imed out") != std::string::npos || text.find("imeout") != std::string::npos) {
       throw protocol::TimeoutError(std::string("gloo ") + what + " did not complete within " +
                                    std::to_string(timeout.count()) + " ms: " + text);

@@ -1,24 +1,34 @@
-// Check macro for POSIX calls: a failure throws a RuntimeError that names the call, its site and
-// errno's text, so it reads like a backtrace:
-//   "ftruncate(fd, size) failed at model_loader/mapped_file.cpp:40: No space left on device"
+// POSIX failures as errors that read like a diagnosis: what was being done, to which path or
+// object, and errno's text — "cannot open /models/x/model-00002.safetensors: No such file or
+// directory" — never a macro's expression or a source line.
 #pragma once
 
 #include <cerrno>
 #include <string>
+#include <string_view>
+
+#include "protocol/errors.hpp"
 
 namespace hotswap::transport {
 
-[[noreturn]] void throw_posix_error(int error, const char* call, const char* context,
-                                    const char* file, int line);
+class PosixError : public protocol::RuntimeError {
+ public:
+  PosixError(int error, const std::string& message) : RuntimeError(message), error_(error) {}
+  int error() const noexcept { return error_; }
+  // errno's text: "No such file or directory".
+  std::string reason() const;
+
+ private:
+  int error_;
+};
+
+// Throws PosixError "cannot <action> <subject>: <errno text>".
+[[noreturn]] void throw_posix_error(int error, std::string_view action, std::string_view subject);
 
 }  // namespace hotswap::transport
 
-// `call` returning -1 (or MAP_FAILED for mmap) is a failure; `context` (a std::string) says on
-// what, e.g. the file path.
-#define HOTSWAP_POSIX_CHECK(call, context)                                                \
-  do {                                                                                    \
-    if ((call) == -1) {                                                                   \
-      ::hotswap::transport::throw_posix_error(errno, #call, std::string(context).c_str(), \
-                                              __FILE__, __LINE__);                        \
-    }                                                                                     \
+// `call` returning -1 is a failure: "cannot <action> <subject>: <errno text>".
+#define HOTSWAP_POSIX_CHECK(call, action, subject)                                     \
+  do {                                                                                 \
+    if ((call) == -1) ::hotswap::transport::throw_posix_error(errno, action, subject); \
   } while (0)

@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "protocol/errors.hpp"
+#include "transport/exception_text.hpp"
 
 namespace hotswap::transport {
 
@@ -29,7 +30,8 @@ RendezvousStore::RendezvousStore(const Rendezvous& r) : rendezvous_(r) {
   try {
     store_ = c10::make_intrusive<c10d::TCPStore>(r.master_address, options);
   } catch (const std::exception& e) {
-    throw protocol::TransferError("rendezvous at " + r.describe() + " failed: " + e.what());
+    throw protocol::TransferError("rendezvous at " + r.describe() +
+                                  " failed: " + one_line_cause(e));
   }
 }
 
@@ -46,7 +48,7 @@ void RendezvousStore::set(const std::string& key, std::string_view value) {
     store_->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
   } catch (const std::exception& e) {
     throw protocol::TransferError("setting '" + key + "' in the store at " +
-                                  rendezvous_.describe() + " failed: " + e.what());
+                                  rendezvous_.describe() + " failed: " + one_line_cause(e));
   }
 }
 
@@ -55,9 +57,9 @@ std::string RendezvousStore::get(const std::string& key) {
     auto bytes = store_->get(key);
     return std::string(bytes.begin(), bytes.end());
   } catch (const std::exception& e) {
-    throw protocol::TimeoutError("'" + key + "' did not appear in the store at " +
-                                 rendezvous_.describe() + " within " +
-                                 std::to_string(rendezvous_.timeout.count()) + " ms: " + e.what());
+    throw protocol::TimeoutError(
+        "'" + key + "' did not appear in the store at " + rendezvous_.describe() + " within " +
+        std::to_string(rendezvous_.timeout.count()) + " ms: " + one_line_cause(e));
   }
 }
 

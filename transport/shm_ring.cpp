@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "protocol/errors.hpp"
+#include "transport/guarded_copy.hpp"
 
 namespace hotswap::transport {
 namespace {
@@ -26,8 +27,8 @@ bool wait_until(Done done, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-ShmRing::Header& ShmRing::header(std::size_t slot) const {
-  return *std::launder(reinterpret_cast<Header*>(segments_[slot].data()));
+ShmRing::Control& ShmRing::control(std::size_t slot) const {
+  return *std::launder(reinterpret_cast<Control*>(segments_[slot].payload()));
 }
 
 ShmRing ShmRing::create(const std::vector<std::string>& names, std::size_t buffer_bytes,
@@ -35,11 +36,12 @@ ShmRing ShmRing::create(const std::vector<std::string>& names, std::size_t buffe
   ShmRing ring;
   ring.buffer_bytes_ = buffer_bytes;
   for (const auto& name : names) {
-    ring.segments_.push_back(ShmSegment::create(name, kHeaderBytes + buffer_bytes));
-    auto* h = new (ring.segments_.back().data()) Header{};
-    h->published.store(0);
-    h->released.store(0);
-    h->consumers.store(static_cast<std::uint64_t>(consumers));
+    ring.segments_.push_back(
+        ShmSegment::create(name, ShmKind::kRingBuffer, kControlBytes + buffer_bytes));
+    auto* c = new (ring.segments_.back().payload()) Control{};
+    c->published.store(0);
+    c->released.store(0);
+    c->consumers.store(static_cast<std::uint64_t>(consumers));
   }
   return ring;
 }
@@ -47,13 +49,27 @@ ShmRing ShmRing::create(const std::vector<std::string>& names, std::size_t buffe
 ShmRing ShmRing::open(const std::vector<std::string>& names) {
   ShmRing ring;
   for (const auto& name : names) {
-    ring.segments_.push_back(ShmSegment::open(name));
-    if (ring.segments_.back().size() < kHeaderBytes) {
-      throw protocol::ValueError("shared-memory segment " + name + " is too small to be hotswap's");
+    ring.segments_.push_back(
+        ShmSegment::open(name, ShmKind::kRingBuffer, ShmSegment::Access::kReadWrite));
+    const ShmSegment& s = ring.segments_.back();
+    if (s.payload_size() <= kControlBytes) {
+      throw protocol::ValueError("shared-memory segment " + name + " has no room for a buffer");
     }
-    ring.buffer_bytes_ = ring.segments_.back().size() - kHeaderBytes;
+    const ShmSegment& first = ring.segments_.front();
+    if (s.payload_size() != first.payload_size() || s.creator().pid != first.creator().pid ||
+        s.creator().start_time != first.creator().start_time) {
+      throw protocol::ValueError("shared-memory segment " + name + " and " + first.name() +
+                                 " were not made together (different size or creator); a ring's "
+                                 "buffers come from one trainer");
+    }
+    ring.buffer_bytes_ = s.payload_size() - kControlBytes;
   }
   return ring;
+}
+
+void ShmRing::check_intact() const {
+  for (const auto& s : segments_)
+    s.check_intact();
 }
 
 std::vector<std::string> ShmRing::names() const {
@@ -66,7 +82,7 @@ std::vector<std::string> ShmRing::names() const {
 std::uint8_t* ShmRing::acquire_for_write(std::uint64_t sequence,
                                          std::chrono::milliseconds timeout) {
   std::size_t slot = sequence % slots();
-  Header& h = header(slot);
+  Control& h = control(slot);
   // The slot is free once its last chunk (if any) was released by every consumer.
   bool free = wait_until(
       [&] {
@@ -83,14 +99,14 @@ std::uint8_t* ShmRing::acquire_for_write(std::uint64_t sequence,
 }
 
 void ShmRing::publish(std::uint64_t sequence) {
-  Header& h = header(sequence % slots());
+  Control& h = control(sequence % slots());
   h.released.store(0, std::memory_order_relaxed);
   h.published.store(sequence, std::memory_order_release);  // the data is visible from here
 }
 
 void ShmRing::drain(std::chrono::milliseconds timeout) {
   for (std::size_t slot = 0; slot < slots(); ++slot) {
-    Header& h = header(slot);
+    Control& h = control(slot);
     bool done = wait_until(
         [&] {
           return h.published.load(std::memory_order_acquire) == 0 ||
@@ -106,20 +122,42 @@ void ShmRing::drain(std::chrono::milliseconds timeout) {
 }
 
 const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence,
-                                              std::chrono::milliseconds timeout) {
+                                              std::chrono::milliseconds timeout,
+                                              const std::atomic<bool>* producer_gone) {
   std::size_t slot = sequence % slots();
-  Header& h = header(slot);
-  if (!wait_until([&] { return h.published.load(std::memory_order_acquire) == sequence; },
-                  timeout)) {
+  const Control& h = control(slot);
+  const std::string& name = segments_[slot].name();
+  bool faulted = false, gone = false;
+  const bool arrived = wait_until(
+      [&] {
+        std::uint64_t published = 0;
+        faulted = !guarded_load(h.published, published);
+        gone = producer_gone != nullptr && producer_gone->load();
+        return faulted || gone || published == sequence;
+      },
+      timeout);
+  if (faulted) {
+    throw protocol::TransferError("shm: the buffer " + name +
+                                  " no longer covers its control block (its trainer shrank it)");
+  }
+  if (gone) {
+    throw protocol::TransferError("shm: the trainer (pid " + std::to_string(creator().pid) +
+                                  ") that owns " + name + " exited before chunk " +
+                                  std::to_string(sequence) + " arrived");
+  }
+  if (!arrived) {
     throw protocol::TimeoutError("shm: chunk " + std::to_string(sequence) + " did not arrive in " +
-                                 segments_[slot].name() + " within " +
-                                 std::to_string(timeout.count()) + " ms");
+                                 name + " within " + std::to_string(timeout.count()) + " ms");
   }
   return data(slot);
 }
 
 void ShmRing::release(std::uint64_t sequence) {
-  header(sequence % slots()).released.fetch_add(1, std::memory_order_acq_rel);
+  const std::size_t slot = sequence % slots();
+  if (!guarded_add(control(slot).released, 1)) {
+    throw protocol::TransferError("shm: the buffer " + segments_[slot].name() +
+                                  " no longer covers its control block (its trainer shrank it)");
+  }
 }
 
 }  // namespace hotswap::transport

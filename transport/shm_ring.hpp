@@ -1,12 +1,15 @@
-// ShmRing: the shm data plane's buffers and their handshake. N segments, each a 64-byte header
-// and a data area; a chunk with sequence number s travels in segment s % N.
+// ShmRing: the shm data plane's buffers and their handshake. N segments (ShmKind::kRingBuffer),
+// each, after the segment header, a 64-byte control block and a data area; a chunk with sequence
+// number s travels in segment s % N.
 //
 //   producer: wait until every consumer has released the chunk the segment holds (all of them
 //             must have copied it), copy the chunk in, then publish its sequence number;
 //   consumer: wait until the segment publishes the sequence it expects, copy out, release.
 //
-// The header's counters are lock-free atomics in the shared mapping; waits poll with a short
-// backoff and end with a TimeoutError, so a dead peer never hangs either side.
+// The control block's counters are lock-free atomics in the shared mapping; waits poll with a
+// short backoff and end with a TimeoutError, so a dead peer never hangs either side. The
+// consumer (a worker) touches the producer's segments only through guarded accesses: a trainer
+// that shrinks a segment fails the round with a TransferError, it cannot crash the worker.
 #pragma once
 
 #include <atomic>
@@ -21,12 +24,13 @@ namespace hotswap::transport {
 
 class ShmRing {
  public:
-  static constexpr std::size_t kHeaderBytes = 64;
+  static constexpr std::size_t kControlBytes = 64;
 
   // Producer side: creates the segments (their names are what the consumers open).
   static ShmRing create(const std::vector<std::string>& names, std::size_t buffer_bytes,
                         int consumers);
-  // Consumer side: opens segments a producer created.
+  // Consumer side: opens segments a producer created, each checked (ShmSegment::open); they
+  // must all be ring buffers of one creator and one size. ValueError naming the one that is not.
   static ShmRing open(const std::vector<std::string>& names);
 
   std::size_t buffer_bytes() const { return buffer_bytes_; }
@@ -40,18 +44,25 @@ class ShmRing {
   // Producer: waits until every published chunk has been released by every consumer.
   void drain(std::chrono::milliseconds timeout);
 
-  // Consumer: the data area once chunk `sequence` is published (TimeoutError after `timeout`).
-  const std::uint8_t* acquire_for_read(std::uint64_t sequence, std::chrono::milliseconds timeout);
+  // Consumer: the data area once chunk `sequence` is published: TimeoutError after `timeout`,
+  // TransferError at once when `producer_gone` turns true or the segment faults. Read the data
+  // area with guarded_copy only: its producer may shrink it at any time.
+  const std::uint8_t* acquire_for_read(std::uint64_t sequence, std::chrono::milliseconds timeout,
+                                       const std::atomic<bool>* producer_gone = nullptr);
   void release(std::uint64_t sequence);
+  // Consumer: TransferError if any segment shrank since it was opened.
+  void check_intact() const;
+  // Who made the segments.
+  const ProcessIdentity& creator() const { return segments_.front().creator(); }
 
  private:
-  struct Header {
+  struct Control {
     std::atomic<std::uint64_t> published;  // sequence number of the chunk in the data area
     std::atomic<std::uint64_t> released;   // consumers done with it
     std::atomic<std::uint64_t> consumers;  // how many must release each chunk
   };
-  Header& header(std::size_t slot) const;
-  std::uint8_t* data(std::size_t slot) const { return segments_[slot].data() + kHeaderBytes; }
+  Control& control(std::size_t slot) const;
+  std::uint8_t* data(std::size_t slot) const { return segments_[slot].payload() + kControlBytes; }
 
   std::vector<ShmSegment> segments_;
   std::size_t buffer_bytes_ = 0;

@@ -1,27 +1,52 @@
-// ShmSegment: RAII over a POSIX shared-memory segment (shm_open + mmap). The creator makes it
-// 0600 and exclusively (O_EXCL), and unlinks it when it goes away, on every exit path; a process
-// that only opened it can unlink it too, which is how a worker clears what a dead trainer left.
+// ShmSegment: RAII over a POSIX shared-memory segment that hotswap made (shm_open + mmap).
+//
+// Every segment starts with a 64-byte header — magic, format version, kind (ring buffer or
+// weight arena), total size, and the creator's uid, pid and process start time — and its name
+// starts with "/hotswap-". A worker opens a segment only after checking all of it: the name, that
+// it is a regular shared-memory object of the worker's own user, and every header field against
+// what fstat says. So a control client that names some other segment gets an error, and nothing
+// the worker did not verify is ever read as weights, written or unlinked.
+//
+// The creator makes it 0600 and exclusively (O_EXCL) and unlinks it when it goes away, on every
+// exit path. A creator can die without doing so (SIGKILL): a worker then removes the segments of
+// creators that are gone (unlink_if_orphaned, remove_orphans). A segment of a live creator is
+// never removed by anyone else: it may be a trainer's arena, its model, which other workers
+// still need.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "protocol/shm_info.hpp"
+#include "transport/process_watch.hpp"
 
 namespace hotswap::transport {
 
+enum class ShmKind : std::uint32_t { kRingBuffer = 1, kWeightArena = 2 };
+
 class ShmSegment {
  public:
-  // Creates `name` ("/hotswap-...") with `size` bytes; RuntimeError if it exists or fails.
-  static ShmSegment create(const std::string& name, std::size_t size);
-  // Opens an existing segment (read-write, or mapped read-only where this side must never write
-  // it); RuntimeError naming it when it is not there.
+  static constexpr std::size_t kHeaderBytes = 64;
+  static constexpr std::string_view kNamePrefix = protocol::kShmNamePrefix;
+
+  // Creates `name` ("/hotswap-...") with a header and `payload_bytes` after it; RuntimeError if
+  // the name exists or the system refuses.
+  static ShmSegment create(const std::string& name, ShmKind kind, std::size_t payload_bytes);
+
+  // Opens a segment another hotswap process made, after checking it (see above): ValueError
+  // naming the segment and what is wrong with it otherwise. kReadOnly maps it so that this side
+  // can never write it.
   enum class Access { kReadWrite, kReadOnly };
-  static ShmSegment open(const std::string& name, Access access = Access::kReadWrite);
-  // Removes the name (the memory lives on while mapped); a missing name is not an error.
-  static void unlink(const std::string& name) noexcept;
-  // hotswap names its segments "/hotswap-<creator pid>-...": whether that process still runs
-  // on this host. False for a name in another form (its creator is unknown).
-  static bool creator_alive(const std::string& name);
+  static ShmSegment open(const std::string& name, ShmKind kind, Access access);
+
+  // Removes `name` if it is a hotswap segment of this user whose creator is gone; true if it
+  // did. Never touches anything else.
+  static bool unlink_if_orphaned(const std::string& name) noexcept;
+  // Removes every such segment in /dev/shm; returns their names.
+  static std::vector<std::string> remove_orphans() noexcept;
 
   ShmSegment() = default;
   ~ShmSegment();
@@ -30,18 +55,27 @@ class ShmSegment {
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  std::uint8_t* data() const { return data_; }
-  std::size_t size() const { return size_; }
+  // The bytes after the header.
+  std::uint8_t* payload() const { return data_ == nullptr ? nullptr : data_ + kHeaderBytes; }
+  std::size_t payload_size() const { return size_ < kHeaderBytes ? 0 : size_ - kHeaderBytes; }
   const std::string& name() const { return name_; }
   bool owner() const { return owner_; }
+  const ProcessIdentity& creator() const { return creator_; }
+
+  // Whether the segment still has the size it had when it was mapped: a trainer can shrink it
+  // at any time, and then touching the lost pages would fault. TransferError naming the segment
+  // and both sizes when it shrank. (A shrink after this check is caught by guarded_copy.)
+  void check_intact() const;
 
  private:
   void release() noexcept;
 
   std::string name_;
+  int fd_ = -1;  // kept open: check_intact fstats it
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
   bool owner_ = false;
+  ProcessIdentity creator_;
 };
 
 }  // namespace hotswap::transport

@@ -15,7 +15,7 @@ namespace hotswap::worker {
 
 ChildProcess::ChildProcess(const std::string& binary, const std::vector<std::string>& args) {
   int fds[2];
-  HOTSWAP_POSIX_CHECK(::pipe2(fds, O_CLOEXEC), binary);
+  HOTSWAP_POSIX_CHECK(::pipe2(fds, O_CLOEXEC), "create the output pipe of", binary);
   // argv is built before fork: the child only calls async-signal-safe functions.
   std::vector<std::string> storage = args;
   std::string program = binary;
@@ -24,7 +24,7 @@ ChildProcess::ChildProcess(const std::string& binary, const std::vector<std::str
     argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_ = ::fork();
-  HOTSWAP_POSIX_CHECK(pid_, binary);
+  HOTSWAP_POSIX_CHECK(pid_, "fork to start", binary);
   if (pid_ == 0) {
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);

@@ -2,6 +2,7 @@
 
 #include <zmq_addon.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -30,18 +31,33 @@ std::string read_key_file(const std::filesystem::path& path) {
   return key;
 }
 
+constexpr const char* kMonitorEndpoint = "inproc://hotswap-control-monitor";
+
 }  // namespace
 
 ControlServer::ControlServer(WorkerService& service, const WorkerOptions& options)
     : service_(service),
+      max_request_bytes_(options.max_request_bytes),
+      max_queued_(options.max_queued_requests),
       debug_(options.log_level == "debug"),
       warn_(options.log_level != "error"),
       context_(1),
       socket_(context_, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);  // a client that went away is not an error
+  // Frames a little over the limit are read and answered -32600; ZeroMQ drops the connection
+  // of one far beyond it before buffering it, so no client can make the worker hold gigabytes.
+  const auto hard_cap = static_cast<std::int64_t>(
+      std::min<std::size_t>(max_request_bytes_, std::size_t(1) << 61) * 2 + (1 << 20));
+  socket_.set(zmq::sockopt::maxmsgsize, hard_cap);
   const bool curve = !options.curve_secret_key_file.empty();
   if (curve) {
+    if (options.curve_authorized_keys.empty() && !options.curve_allow_any_client) {
+      throw protocol::ValueError(
+          "--curve-secret-key-file without --curve-authorized-keys would let any client key "
+          "connect; name the authorized keys' directory, or pass --curve-allow-any-client to "
+          "encrypt without authenticating clients");
+    }
     std::string secret = read_key_file(options.curve_secret_key_file);
     if (!options.curve_authorized_keys.empty()) start_zap_handler(options.curve_authorized_keys);
     socket_.set(zmq::sockopt::curve_server, 1);
@@ -51,6 +67,14 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
               << " is reachable beyond this host without CURVE authentication; anyone who can "
                  "connect can replace the weights (see --curve-secret-key-file)\n";
   }
+  // Disconnections, to cancel the generate requests of clients that went away.
+  if (zmq_socket_monitor(socket_.handle(), kMonitorEndpoint, ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw protocol::RuntimeError(std::string("cannot monitor the control socket: ") +
+                                 zmq_strerror(zmq_errno()));
+  }
+  monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(kMonitorEndpoint);
   try {
     socket_.bind(options.control);
   } catch (const zmq::error_t& e) {
@@ -58,10 +82,25 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
                                  e.what());
   }
   endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  for (std::size_t i = 0; i < kPoolThreads; ++i) {
+    pool_.emplace_back([this] {
+      std::unique_lock guard(pool_mutex_);
+      while (true) {
+        pool_wake_.wait(guard, [&] { return pool_stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and nothing left to run
+        auto next = std::move(queue_.front());
+        queue_.pop_front();
+        guard.unlock();
+        next();
+        guard.lock();
+      }
+    });
+  }
 }
 
 ControlServer::~ControlServer() {
   stop_pool();
+  zmq_socket_monitor(socket_.handle(), nullptr, 0);
   zap_stop_ = true;
   if (zap_thread_.joinable()) zap_thread_.join();
 }
@@ -106,76 +145,139 @@ void ControlServer::send(Reply reply) {
   zmq::send_multipart(socket_, frames, zmq::send_flags::dontwait);
 }
 
+void ControlServer::complete(Reply reply) {
+  {
+    std::lock_guard lock(mutex_);
+    done_.push_back(std::move(reply));
+  }
+  completions_.notify();
+}
+
+void ControlServer::flush() {
+  completions_.drain();
+  std::deque<Reply> ready;
+  {
+    std::lock_guard lock(mutex_);
+    ready.swap(done_);
+  }
+  for (auto& r : ready) {
+    if (r.ticket != 0) {
+      for (auto it = tickets_by_connection_.begin(); it != tickets_by_connection_.end(); ++it) {
+        if (it->second == r.ticket) {
+          tickets_by_connection_.erase(it);
+          break;
+        }
+      }
+    }
+    send(std::move(r));
+  }
+}
+
+std::string ControlServer::run_call(const protocol::RpcRequest& request) {
+  auto start = std::chrono::steady_clock::now();
+  std::string body, outcome = "ok";
+  try {
+    body = protocol::reply_frame(
+        protocol::make_result(request.id, service_.call(request.method, request.params)),
+        request.id_text);
+  } catch (const std::exception& e) {
+    body = protocol::reply_frame(protocol::make_error(request.id, e), request.id_text);
+    outcome = std::string("error: ") + e.what();
+  }
+  if (debug_ || (warn_ && outcome != "ok")) {
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::cerr << "hotswap-worker: " << request.method << " " << ms << " ms " << outcome << "\n";
+  }
+  return body;
+}
+
+void ControlServer::start_generate(const protocol::RpcRequest& request, Reply reply,
+                                   int connection) {
+  // std::function needs a copyable callable; the routing frames are move-only.
+  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
+  auto ticket = std::make_shared<std::uint64_t>(0);
+  const auto id = request.id;
+  const auto id_text = request.id_text;
+  try {
+    *ticket = service_.generate_async(
+        request.params,
+        [this, envelope, ticket, id, id_text](nlohmann::json result, std::exception_ptr error) {
+          Reply out{std::move(*envelope), {}, *ticket};
+          if (error) {
+            try {
+              std::rethrow_exception(error);
+            } catch (const std::exception& e) {
+              out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
+              if (warn_) std::cerr << "hotswap-worker: generate error: " << e.what() << "\n";
+            }
+          } else {
+            out.body = protocol::reply_frame(protocol::make_result(id, std::move(result)), id_text);
+          }
+          complete(std::move(out));
+        });
+  } catch (const std::exception& e) {
+    // Refused at once (bad params, dirty model, full queue): nothing was queued.
+    send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
+    if (warn_) std::cerr << "hotswap-worker: generate error: " << e.what() << "\n";
+    return;
+  }
+  // The completion may already be queued; flush, on this same thread, forgets the ticket after
+  // this line has remembered it.
+  if (connection >= 0) tickets_by_connection_.emplace(connection, *ticket);
+}
+
 void ControlServer::handle(std::vector<zmq::message_t> frames) {
   if (frames.size() < 2) return;  // no routing identity: nothing to answer
   Reply reply;
+  // The descriptor of the connection this frame came on (-1 where there is none, inproc).
+  const int connection = frames.back().get(ZMQ_SRCFD);
   std::string body = frames.back().to_string();
   frames.pop_back();
   reply.envelope = std::move(frames);
 
   protocol::RpcRequest request;
   try {
-    request = protocol::parse_request(body);
+    request = protocol::parse_request(body, max_request_bytes_);
   } catch (const protocol::RpcRequestError& e) {
-    reply.body = protocol::make_error(e.id(), e).dump();
+    reply.body = protocol::reply_frame(protocol::make_error(e.id(), e), e.id_text());
+    send(std::move(reply));
+    if (warn_) std::cerr << "hotswap-worker: refused a request: " << e.what() << "\n";
+    return;
+  }
+  body.clear();
+  if (request.method == "generate") {
+    start_generate(request, std::move(reply), connection);
+    return;
+  }
+  if (!WorkerService::is_long(request.method)) {
+    reply.body = run_call(request);
     send(std::move(reply));
     return;
   }
-  auto run = [this, request](Reply out) {
-    auto start = std::chrono::steady_clock::now();
-    std::string outcome = "ok";
-    try {
-      out.body =
-          protocol::make_result(request.id, service_.call(request.method, request.params)).dump();
-    } catch (const std::exception& e) {
-      out.body = protocol::make_error(request.id, e).dump();
-      outcome = std::string("error: ") + e.what();
-    }
-    if (debug_ || (warn_ && outcome != "ok")) {
-      double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
-      std::cerr << "hotswap-worker: " << request.method << " " << ms << " ms " << outcome << "\n";
-    }
-    return out;
-  };
-  if (!WorkerService::is_long(request.method)) {
-    send(run(std::move(reply)));
-    return;
-  }
-  // std::function needs a copyable callable; the routing frames are move-only.
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
-  submit([this, run, envelope] {
-    Reply out = run(Reply{std::move(*envelope), {}});
-    {
-      std::lock_guard lock(mutex_);
-      done_.push_back(std::move(out));
-    }
-    completions_.notify();
+  const bool queued = submit([this, request, envelope] {
+    complete(Reply{std::move(*envelope), run_call(request)});
   });
+  if (!queued) {
+    protocol::OverloadedError overloaded(
+        "the worker is overloaded: " + std::to_string(max_queued_) + " calls are already waiting " +
+        "for one of its " + std::to_string(kPoolThreads) +
+        " threads (--max-queued-requests); retry later");
+    send(Reply{
+        std::move(*envelope),
+        protocol::reply_frame(protocol::make_error(request.id, overloaded), request.id_text)});
+  }
 }
 
-void ControlServer::submit(std::function<void()> task) {
-  std::lock_guard lock(pool_mutex_);
-  queue_.push_back(std::move(task));
-  if (idle_ > 0) {
-    pool_wake_.notify_one();
-    return;
+bool ControlServer::submit(std::function<void()> task) {
+  {
+    std::lock_guard lock(pool_mutex_);
+    if (queue_.size() >= max_queued_) return false;
+    queue_.push_back(std::move(task));
   }
-  pool_.emplace_back([this] {
-    std::unique_lock guard(pool_mutex_);
-    while (true) {
-      ++idle_;
-      pool_wake_.wait(guard, [&] { return pool_stop_ || !queue_.empty(); });
-      --idle_;
-      if (queue_.empty()) return;  // stopping, and nothing left to run
-      auto next = std::move(queue_.front());
-      queue_.pop_front();
-      guard.unlock();
-      next();
-      guard.lock();
-    }
-  });
+  pool_wake_.notify_one();
+  return true;
 }
 
 // Runs what is queued to completion, then joins every pooled thread.
@@ -191,29 +293,42 @@ void ControlServer::stop_pool() {
   pool_.clear();
 }
 
-void ControlServer::run(const EventFd& stop) {
-  auto flush = [&] {
-    completions_.drain();
-    std::deque<Reply> ready;
-    {
-      std::lock_guard lock(mutex_);
-      ready.swap(done_);
+void ControlServer::on_monitor_event() {
+  while (true) {
+    std::vector<zmq::message_t> event;
+    if (!zmq::recv_multipart(monitor_, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+      return;
     }
-    for (auto& r : ready)
-      send(std::move(r));
-  };
+    // Frame one: the event (uint16) and its value (uint32: the connection's descriptor).
+    if (event.empty() || event[0].size() < 6) continue;
+    std::uint16_t kind = 0;
+    std::uint32_t value = 0;
+    std::memcpy(&kind, event[0].data(), sizeof kind);
+    std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
+    if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+    auto [first, last] = tickets_by_connection_.equal_range(static_cast<int>(value));
+    for (auto it = first; it != last; ++it) {
+      service_.cancel_generate(it->second);  // its reply still comes, and goes nowhere
+    }
+    tickets_by_connection_.erase(first, last);
+  }
+}
+
+void ControlServer::run(const EventFd& stop) {
   while (!service_.shutdown_requested()) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, completions_.fd(), ZMQ_POLLIN, 0},
-                               {nullptr, stop.fd(), ZMQ_POLLIN, 0}};
+                               {nullptr, stop.fd(), ZMQ_POLLIN, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 3, std::chrono::milliseconds(-1));
+      zmq::poll(items, 4, std::chrono::milliseconds(-1));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal; its eventfd is read on the next round
       throw;
     }
     if (items[2].revents & ZMQ_POLLIN) break;
     if (items[1].revents & ZMQ_POLLIN) flush();
+    if (items[3].revents & ZMQ_POLLIN) on_monitor_event();
     if (items[0].revents & ZMQ_POLLIN) {
       while (true) {
         std::vector<zmq::message_t> frames;
@@ -224,8 +339,10 @@ void ControlServer::run(const EventFd& stop) {
       }
     }
   }
-  // Calls in progress finish and are answered; nothing new is taken.
+  // Calls in progress finish and are answered; generate requests end as aborted; nothing new
+  // is taken.
   stop_pool();
+  service_.stop_generation();
   flush();
 }
 

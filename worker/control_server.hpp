@@ -1,15 +1,21 @@
 // ControlServer: the worker's ZeroMQ ROUTER socket speaking the pinned JSON-RPC 2.0 protocol.
 // Any number of clients (REQ or DEALER) at once. Quick methods are answered on the socket
-// thread; long ones (a transfer, generation) run on threads of their own and their replies are
-// handed back through an eventfd, so health, weight_info, is_paused and generate keep being
-// answered while an update_weights is in progress. Optional CURVE authentication.
+// thread; `generate` is handed to the scheduler and answered when it completes, holding no
+// thread meanwhile; the other long calls (a transfer, hashing, a drain) run on a small fixed
+// pool. Their replies come back through an eventfd, so health, weight_info, is_paused and
+// generate keep being answered while an update_weights is in progress.
+//
+// Bounded everywhere: a frame over --max-request-bytes is refused (-32600) and one far beyond
+// it is dropped by ZeroMQ before it is read; at most --max-queued-requests long calls wait for a
+// thread (past it, -32002 overloaded); a client that disconnects cancels its generate requests.
+// Optional CURVE authentication, which refuses unknown clients unless told otherwise.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <list>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,6 +23,7 @@
 
 #include <zmq.hpp>
 
+#include "protocol/jsonrpc.hpp"
 #include "worker/event_fd.hpp"
 #include "worker/worker_options.hpp"
 #include "worker/worker_service.hpp"
@@ -25,6 +32,9 @@ namespace hotswap::worker {
 
 class ControlServer {
  public:
+  // Long calls run on this many threads; the rest wait in a queue.
+  static constexpr std::size_t kPoolThreads = 4;
+
   ControlServer(WorkerService& service, const WorkerOptions& options);
   ~ControlServer();
 
@@ -39,31 +49,43 @@ class ControlServer {
   struct Reply {
     std::vector<zmq::message_t> envelope;  // routing identity (+ empty delimiter)
     std::string body;
+    std::uint64_t ticket = 0;  // a generate's, to forget once answered
   };
 
   void handle(std::vector<zmq::message_t> frames);
+  void start_generate(const protocol::RpcRequest& request, Reply reply, int connection);
   void send(Reply reply);
+  void complete(Reply reply);  // from any thread: queue it for the socket thread
+  void flush();
+  void on_monitor_event();
   void start_zap_handler(const std::string& authorized_keys_dir);
+  std::string run_call(const protocol::RpcRequest& request);
+
+  // The pool: kPoolThreads threads started once (libtorch's per-thread set-up is paid once),
+  // at most max_queued_ tasks waiting.
+  bool submit(std::function<void()> task);
+  void stop_pool();
 
   WorkerService& service_;
+  std::size_t max_request_bytes_;
+  std::size_t max_queued_;
   bool debug_;  // --log-level debug: one line per call
   bool warn_;   // every level but error: one line per failed call
   zmq::context_t context_;
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // the socket's DISCONNECTED events
   std::string endpoint_;
   EventFd completions_;
   std::mutex mutex_;
   std::deque<Reply> done_;
-  // Long calls run on pooled threads that live as long as the server: a fresh thread per call
-  // would pay libtorch's per-thread set-up (its OpenMP team) on every update. The pool grows
-  // when every thread is busy (a generate or a transfer may block one for long).
-  void submit(std::function<void()> task);
-  void stop_pool();
+  // Generate requests still running, by the descriptor of the connection they came on: a
+  // client that disconnects cancels them. Touched by the socket thread only.
+  std::multimap<int, std::uint64_t> tickets_by_connection_;
+
   std::mutex pool_mutex_;
   std::condition_variable pool_wake_;
   std::deque<std::function<void()>> queue_;
   std::vector<std::thread> pool_;
-  std::size_t idle_ = 0;
   bool pool_stop_ = false;
   zmq::socket_t zap_;
   std::thread zap_thread_;

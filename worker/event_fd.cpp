@@ -29,7 +29,7 @@ void notify_on_stop_signals(EventFd& stop) {
 }
 
 EventFd::EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  HOTSWAP_POSIX_CHECK(fd_, "eventfd");
+  HOTSWAP_POSIX_CHECK(fd_, "create", "an eventfd");
 }
 
 EventFd::~EventFd() {

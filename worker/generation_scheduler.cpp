@@ -1,6 +1,7 @@
 #include "worker/generation_scheduler.hpp"
 
 #include "protocol/errors.hpp"
+#include "transport/exception_text.hpp"
 
 namespace hotswap::worker {
 
@@ -24,8 +25,12 @@ nlohmann::json GenerateResult::to_json(bool with_logprobs) const {
 }
 
 GenerationScheduler::GenerationScheduler(std::shared_ptr<const model_loader::LlamaModel> model,
-                                         VersionSource version, std::size_t max_batch)
-    : model_(std::move(model)), version_(std::move(version)), max_batch_(max_batch) {
+                                         VersionSource version, std::size_t max_batch,
+                                         std::size_t max_waiting)
+    : model_(std::move(model)),
+      version_(std::move(version)),
+      max_batch_(max_batch),
+      max_waiting_(max_waiting) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -46,7 +51,8 @@ GenerationScheduler::~GenerationScheduler() {
   }
 }
 
-std::future<GenerateResult> GenerationScheduler::submit(GenerateRequest request) {
+std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_point deadline,
+                                          Completion done) {
   if (model_->is_dirty()) {
     throw protocol::RuntimeError(
         "the model is dirty: an in-place weight update failed part-way, and generation is "
@@ -61,36 +67,119 @@ std::future<GenerateResult> GenerationScheduler::submit(GenerateRequest request)
                                  std::to_string(model_->config().vocab_size - 1));
     }
   }
-  r.logprobs = request.logprobs;
-  auto future = r.promise.get_future();
+  r.done = std::move(done);
+  r.deadline = deadline;
+  std::uint64_t ticket = 0;
   {
     std::lock_guard lock(mutex_);
+    if (closed_) throw protocol::RuntimeError("the worker is shutting down");
+    if (waiting_.size() >= max_waiting_) {
+      throw protocol::OverloadedError(
+          "the worker is overloaded: " + std::to_string(waiting_.size()) +
+          " generate requests are already waiting for a batch slot (--max-queued-requests); "
+          "retry later");
+    }
+    ticket = r.ticket = next_ticket_++;
     waiting_.push_back(std::move(r));
   }
   wake_.notify_all();
-  return future;
+  return ticket;
+}
+
+bool GenerationScheduler::cancel(std::uint64_t ticket) {
+  std::lock_guard lock(mutex_);
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->ticket == ticket) {
+      it->sequence->abort();
+      finish(*it);
+      waiting_.erase(it);
+      return true;
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->ticket != ticket) continue;
+    if (stepping_) {
+      cancelled_.push_back(ticket);  // the loop ends it once the step is done
+      wake_.notify_all();
+    } else {
+      it->sequence->abort();
+      finish(*it);
+      running_.erase(it);
+      stepped_.notify_all();
+    }
+    return true;
+  }
+  return false;
 }
 
 void GenerationScheduler::finish(Running& r) {
   const auto& s = *r.sequence;
   GenerateResult result{s.output_tokens(), s.output_logprobs(), s.finish_reason().value_or("abort"),
                         r.spans};
-  r.promise.set_value(std::move(result));
+  auto done = std::move(r.done);
+  if (done) done(GenerateOutcome{std::move(result), nullptr});
+}
+
+void GenerationScheduler::fail(Running& r, std::exception_ptr error) {
+  auto done = std::move(r.done);
+  if (done) done(GenerateOutcome{std::nullopt, std::move(error)});
+}
+
+GenerationScheduler::Clock::time_point GenerationScheduler::expire(Clock::time_point now) {
+  auto next = Clock::time_point::max();
+  auto sweep = [&](auto& requests) {
+    for (auto it = requests.begin(); it != requests.end();) {
+      if (it->deadline <= now) {
+        it->sequence->abort();
+        fail(*it, std::make_exception_ptr(protocol::TimeoutError(
+                      "generate did not complete before its deadline (--timeout); the request "
+                      "was cancelled after " +
+                      std::to_string(it->sequence->output_tokens().size()) + " tokens")));
+        it = requests.erase(it);
+      } else {
+        next = std::min(next, it->deadline);
+        ++it;
+      }
+    }
+  };
+  sweep(waiting_);
+  sweep(running_);
+  return next;
 }
 
 void GenerationScheduler::loop() {
   std::unique_lock lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] {
+    auto next_deadline = expire(Clock::now());
+    auto ready = [&] {
       bool admissible = !waiting_.empty() && !paused_ && !draining_;
-      return stop_ ||
+      return stop_ || !cancelled_.empty() ||
              (holds_ == 0 && interrupts_ == 0 && !paused_ && (admissible || !running_.empty()));
-    });
+    };
+    stepped_.notify_all();  // expired requests may have ended a pause(wait)'s drain
+    if (next_deadline == Clock::time_point::max()) {
+      wake_.wait(lock, ready);
+    } else if (!wake_.wait_until(lock, next_deadline, ready)) {
+      continue;  // a deadline passed
+    }
     if (stop_) return;
+    // Requests whose callers went away during the last step.
+    for (auto ticket : std::exchange(cancelled_, {})) {
+      for (auto it = running_.begin(); it != running_.end(); ++it) {
+        if (it->ticket == ticket) {
+          it->sequence->abort();
+          finish(*it);
+          running_.erase(it);
+          break;
+        }
+      }
+    }
+    if (holds_ != 0 || interrupts_ != 0 || paused_) continue;
     while (!draining_ && !waiting_.empty() && running_.size() < max_batch_) {
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
     }
+    if (running_.empty()) continue;
     std::vector<model_loader::Sequence*> batch;
     for (auto& r : running_)
       batch.push_back(r.sequence.get());
@@ -102,7 +191,7 @@ void GenerationScheduler::loop() {
     try {
       model_loader::step(*model_, batch);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = transport::one_line_cause(e);
     }
 
     lock.lock();
@@ -110,8 +199,7 @@ void GenerationScheduler::loop() {
     for (auto it = running_.begin(); it != running_.end();) {
       auto& s = *it->sequence;
       if (!error.empty()) {
-        it->promise.set_exception(
-            std::make_exception_ptr(protocol::RuntimeError("generation failed: " + error)));
+        fail(*it, std::make_exception_ptr(protocol::RuntimeError("generation failed: " + error)));
         it = running_.erase(it);
         continue;
       }
@@ -172,6 +260,25 @@ void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeou
     }
   }
   wake_.notify_all();
+}
+
+void GenerationScheduler::shutdown() {
+  std::unique_lock lock(mutex_);
+  closed_ = true;
+  ++interrupts_;
+  stepped_.wait(lock, [&] { return !stepping_; });
+  --interrupts_;
+  for (auto& r : running_) {
+    r.sequence->abort();
+    finish(r);
+  }
+  for (auto& r : waiting_) {
+    r.sequence->abort();
+    finish(r);
+  }
+  running_.clear();
+  waiting_.clear();
+  stepped_.notify_all();
 }
 
 void GenerationScheduler::resume() {

@@ -8,13 +8,18 @@
 // finish and admits nothing new; `keep` freezes them where they are, to continue after resume()
 // on whatever weights are then live. While paused, new requests wait. pause/resume are
 // idempotent. hold()/release() stop stepping without pausing (in-place updates, commits).
+//
+// Bounded: at most `max_waiting` requests wait for a batch slot (past it, submit refuses with an
+// OverloadedError), every request has a deadline after which it is dropped wherever it is (its
+// caller has given up), and a caller that went away cancels its request. No request holds a
+// thread of its own while it waits: its completion is a callback.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,24 +58,45 @@ struct GenerateResult {
   nlohmann::json to_json(bool with_logprobs) const;
 };
 
+// What a request ends with: a result, or the error that ended it (a TimeoutError past its
+// deadline, a RuntimeError when a step failed).
+struct GenerateOutcome {
+  std::optional<GenerateResult> result;
+  std::exception_ptr error;
+};
+
 class GenerationScheduler {
  public:
   using VersionSource = std::function<std::optional<std::string>()>;
+  using Clock = std::chrono::steady_clock;
+  // Called exactly once per submitted request, from the scheduler's thread or the one that
+  // ended it (pause, cancel), with the scheduler's lock held: it must not call back into the
+  // scheduler.
+  using Completion = std::function<void(GenerateOutcome)>;
 
   GenerationScheduler(std::shared_ptr<const model_loader::LlamaModel> model, VersionSource version,
-                      std::size_t max_batch = 32);
+                      std::size_t max_batch = 32, std::size_t max_waiting = 4096);
   ~GenerationScheduler();  // aborts what is in flight and joins the loop
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
 
-  // Queues a request. ValueError for bad parameters, RuntimeError while the model is dirty.
-  std::future<GenerateResult> submit(GenerateRequest request);
+  // Queues a request and returns its ticket; `done` gets its outcome later, a TimeoutError once
+  // `deadline` passes. Throws at once (and never calls `done`): ValueError for bad parameters,
+  // RuntimeError while the model is dirty, OverloadedError when max_waiting are already waiting.
+  std::uint64_t submit(GenerateRequest request, Clock::time_point deadline, Completion done);
+  // Ends a request whose caller went away: `done` gets what it produced so far, finish_reason
+  // "abort". False when it had already ended.
+  bool cancel(std::uint64_t ticket);
 
   // Returns once paused; `wait` blocks until the requests in flight finish (TimeoutError after
   // `timeout`).
   void pause(PauseMode mode, std::chrono::milliseconds timeout);
   void resume();
   bool is_paused() const;
+
+  // Ends every request (finish_reason "abort") and refuses new ones from now on: the worker is
+  // shutting down and its callers should hear so before their servers go.
+  void shutdown();
 
   // Stops stepping (after the step in progress) until every hold is released.
   void hold();
@@ -80,18 +106,25 @@ class GenerationScheduler {
 
  private:
   struct Running {
+    std::uint64_t ticket = 0;
     std::unique_ptr<model_loader::Sequence> sequence;
-    std::promise<GenerateResult> promise;
+    Completion done;
+    Clock::time_point deadline;
     std::vector<VersionSpan> spans;
-    bool logprobs = false;
   };
 
   void loop();
   void finish(Running& r);
+  void fail(Running& r, std::exception_ptr error);
+  // Ends every request whose deadline passed; returns the earliest deadline left.
+  Clock::time_point expire(Clock::time_point now);
 
   std::shared_ptr<const model_loader::LlamaModel> model_;
   VersionSource version_;
   std::size_t max_batch_;
+  std::size_t max_waiting_;
+  std::uint64_t next_ticket_ = 1;
+  std::vector<std::uint64_t> cancelled_;  // running requests to end after the step in progress
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;     // the loop waits here for work
@@ -104,6 +137,7 @@ class GenerationScheduler {
   int interrupts_ = 0;  // pause() calls waiting for the step in progress
   bool stepping_ = false;
   bool stop_ = false;
+  bool closed_ = false;  // shutdown(): no new requests
   std::thread thread_;
 };
 

@@ -2,9 +2,15 @@
 
 #include <httplib.h>
 
+#include <condition_variable>
+#include <deque>
+#include <iostream>
+#include <mutex>
 #include <sstream>
 
+#include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
+#include "worker/peer_hangup.hpp"
 
 namespace hotswap::worker {
 namespace {
@@ -24,6 +30,8 @@ int http_status(const std::exception& e) {
         return 404;
       case protocol::ErrorKind::kRuntimeError:
         return 409;
+      case protocol::ErrorKind::kOverloaded:
+        return 503;
       default:
         return 500;
     }
@@ -45,14 +53,19 @@ void reply_error(httplib::Response& res, int status, const std::string& message,
 }
 
 // The JSON body of a POST: {} when empty; a 400 (as vLLM's routes answer) when it is not a
-// JSON object.
+// JSON object or nests too deep. (cpp-httplib has refused an oversized body with a 413.)
 std::optional<json> body_of(const httplib::Request& req, httplib::Response& res) {
   if (req.body.empty()) return json::object();
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
+  auto parsed = protocol::parse_bounded_json(req.body);
+  if (parsed.refusal == protocol::JsonRefusal::kTooDeep) {
+    reply_error(res, 400, "Invalid JSON format: the body " + parsed.reason, "ValueError");
+    return std::nullopt;
+  }
+  if (!parsed.ok()) {
     reply_error(res, 400, "Invalid JSON format", "ValueError");
     return std::nullopt;
   }
+  json body = std::move(parsed.value);
   if (!body.is_object()) {
     reply_error(res, 400, "Request body must be a JSON object", "ValueError");
     return std::nullopt;
@@ -60,13 +73,122 @@ std::optional<json> body_of(const httplib::Request& req, httplib::Response& res)
   return body;
 }
 
+// Set on a connection's thread while it is answered only to be turned away (the queue is full).
+thread_local bool t_turned_away = false;
+
+// cpp-httplib's pool with a bound: `threads` serve connections, at most `max_queued` wait. A
+// connection past that is answered at once, on the accepting thread, with a 503.
+class BoundedTaskQueue final : public httplib::TaskQueue {
+ public:
+  BoundedTaskQueue(std::size_t threads, std::size_t max_queued) : max_queued_(max_queued) {
+    for (std::size_t i = 0; i < threads; ++i) {
+      threads_.emplace_back([this] {
+        std::unique_lock lock(mutex_);
+        while (true) {
+          wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          auto task = std::move(queue_.front());
+          queue_.pop_front();
+          lock.unlock();
+          task();
+          lock.lock();
+        }
+      });
+    }
+  }
+  ~BoundedTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> task) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!stop_ && queue_.size() < max_queued_) {
+        queue_.push_back(std::move(task));
+        wake_.notify_one();
+        return;
+      }
+    }
+    // The task owns the connection's socket and closes it: run it, to answer 503 and close.
+    t_turned_away = true;
+    task();
+    t_turned_away = false;
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    threads_.clear();
+  }
+
+ private:
+  std::size_t max_queued_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+bool is_loopback_host(const std::string& host) {
+  return host.starts_with("127.") || host == "localhost" || host == "::1";
+}
+
+// Compares without an early exit, so that the time taken says nothing about the key.
+bool same_secret(const std::string& given, const std::string& expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
 }  // namespace
 
-HttpServer::HttpServer(WorkerService& service, const std::string& host, int port)
+HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
     : service_(service), server_(std::make_unique<httplib::Server>()) {
-  auto call = [this](const std::string& method, const json& params, httplib::Response& res) {
+  const std::string& host = options.http_host;
+  const int port = options.http_port;
+  const std::string api_key = options.api_key;
+  if (!is_loopback_host(host) && api_key.empty()) {
+    std::cerr << "hotswap-worker: warning: the HTTP routes on " << host << ":" << port
+              << " are reachable beyond this host without an API key; anyone who can connect "
+                 "can replace or read the weights (see --api-key)\n";
+  }
+  const std::size_t threads = 8, max_queued = options.max_queued_requests;
+  server_->new_task_queue = [threads, max_queued] {
+    return new BoundedTaskQueue(threads, max_queued);
+  };
+  server_->set_payload_max_length(options.max_request_bytes);
+  server_->set_pre_routing_handler([api_key, max_queued](const httplib::Request& req,
+                                                         httplib::Response& res) {
+    if (t_turned_away) {
+      res.set_header("Connection", "close");
+      reply_error(res, 503,
+                  "the worker is overloaded: " + std::to_string(max_queued) +
+                      " HTTP connections are already waiting (--max-queued-requests); retry later",
+                  "OverloadedError");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // vLLM's --api-key: every route but the health check and the metrics.
+    if (!api_key.empty() && req.path != "/health" && req.path != "/metrics") {
+      const std::string header = req.get_header_value("Authorization");
+      const std::string scheme = "Bearer ";
+      if (!header.starts_with(scheme) || !same_secret(header.substr(scheme.size()), api_key)) {
+        res.status = 401;
+        res.set_content(json{{"error", "Unauthorized"}}.dump(), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  auto call = [this](const std::string& method, const json& params, httplib::Response& res,
+                     const std::function<bool()>& caller_gone = {}) {
     try {
-      reply(res, 200, service_.call(method, params));
+      reply(res, 200, service_.call(method, params, caller_gone));
     } catch (const std::exception& e) {
       const auto* typed = dynamic_cast<const protocol::Error*>(&e);
       reply_error(res, http_status(e), e.what(),
@@ -77,12 +199,20 @@ HttpServer::HttpServer(WorkerService& service, const std::string& host, int port
   for (const char* method :
        {"init_weight_transfer_engine", "shutdown_weight_transfer_engine", "start_weight_update",
         "start_draft_weight_update", "update_weights", "finish_weight_update",
-        "update_weight_version", "weight_checker", "generate", "resume"}) {
+        "update_weight_version", "weight_checker", "resume"}) {
     server_->Post(std::string("/") + method,
                   [call, method](const httplib::Request& req, httplib::Response& res) {
                     if (auto body = body_of(req, res)) call(method, *body, res);
                   });
   }
+  // A generate whose client hangs up stops taking a batch slot.
+  server_->Post("/generate", [call](const httplib::Request& req, httplib::Response& res) {
+    auto body = body_of(req, res);
+    if (!body) return;
+    auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
+                                             req.remote_port);
+    call("generate", *body, res, [peer] { return peer->hung_up(); });
+  });
   for (const char* method : {"weight_info", "is_paused", "health"}) {
     server_->Get(std::string("/") + method,
                  [call, method](const httplib::Request&, httplib::Response& res) {
@@ -112,11 +242,7 @@ HttpServer::HttpServer(WorkerService& service, const std::string& host, int port
     res.set_content(render_metrics(service_), "text/plain; version=0.0.4");
   });
 
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host);
-  } else {
-    port_ = server_->bind_to_port(host, port) ? port : -1;
-  }
+  port_ = server_->bind_to_port(host, port) ? port : -1;
   if (port_ < 0) {
     throw protocol::RuntimeError("cannot bind the HTTP routes to " + host + ":" +
                                  std::to_string(port));
@@ -129,30 +255,50 @@ HttpServer::~HttpServer() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::string escape_label_value(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string render_metrics(const WorkerService& service) {
   std::ostringstream out;
   auto stats = service.operation_stats();
+  auto label = [](const std::string& key, const std::string& value) {
+    return key + "=\"" + escape_label_value(value) + "\"";
+  };
   out << "# HELP vllm:rl_weight_update_operations_total Weight-update operations by outcome.\n"
          "# TYPE vllm:rl_weight_update_operations_total counter\n";
   for (const auto& [op, s] : stats) {
-    out << "vllm:rl_weight_update_operations_total{operation=\"" << op << "\",status=\"success\"} "
-        << s.success << "\n";
-    out << "vllm:rl_weight_update_operations_total{operation=\"" << op << "\",status=\"error\"} "
-        << s.error << "\n";
+    out << "vllm:rl_weight_update_operations_total{" << label("operation", op)
+        << ",status=\"success\"} " << s.success << "\n";
+    out << "vllm:rl_weight_update_operations_total{" << label("operation", op)
+        << ",status=\"error\"} " << s.error << "\n";
   }
   out << "# HELP vllm:rl_weight_update_operations_in_flight Weight-update operations running.\n"
          "# TYPE vllm:rl_weight_update_operations_in_flight gauge\n";
   for (const auto& [op, s] : stats) {
-    out << "vllm:rl_weight_update_operations_in_flight{operation=\"" << op << "\"} " << s.in_flight
-        << "\n";
+    out << "vllm:rl_weight_update_operations_in_flight{" << label("operation", op) << "} "
+        << s.in_flight << "\n";
   }
   out << "# HELP vllm:rl_weight_update_operation_duration_seconds Time spent per operation.\n"
          "# TYPE vllm:rl_weight_update_operation_duration_seconds summary\n";
   for (const auto& [op, s] : stats) {
-    out << "vllm:rl_weight_update_operation_duration_seconds_sum{operation=\"" << op << "\"} "
+    out << "vllm:rl_weight_update_operation_duration_seconds_sum{" << label("operation", op) << "} "
         << s.seconds << "\n";
-    out << "vllm:rl_weight_update_operation_duration_seconds_count{operation=\"" << op << "\"} "
-        << s.success + s.error << "\n";
+    out << "vllm:rl_weight_update_operation_duration_seconds_count{" << label("operation", op)
+        << "} " << s.success + s.error << "\n";
   }
   out << "# HELP hotswap_weight_bytes_received_total Bytes of weights received.\n"
          "# TYPE hotswap_weight_bytes_received_total counter\n"
@@ -160,7 +306,7 @@ std::string render_metrics(const WorkerService& service) {
   auto version = service.weight_version();
   out << "# HELP hotswap_weight_version_info The weight version being served.\n"
          "# TYPE hotswap_weight_version_info gauge\n"
-      << "hotswap_weight_version_info{version=\"" << (version ? *version : "") << "\"} 1\n";
+      << "hotswap_weight_version_info{" << label("version", version ? *version : "") << "} 1\n";
   return out.str();
 }
 

@@ -3,42 +3,30 @@
 #include <set>
 
 #include "protocol/errors.hpp"
+#include "protocol/method_params.hpp"
 
 namespace hotswap::worker {
 
 WeightChecker::WeightChecker(std::shared_ptr<model_loader::LlamaModel> model,
                              int data_parallel_rank, int global_rank)
     : model_(std::move(model)),
-      key_prefix_("dp" + std::to_string(data_parallel_rank) + ":pp0:pcp0:tp0:ep0:"),
+      // vLLM 0.33's _weight_checksum_prefix: dp, pp, pcp, tp — no ep part.
+      key_prefix_("dp" + std::to_string(data_parallel_rank) + ":pp0:pcp0:tp0:"),
       global_rank_(global_rank) {}
 
 nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
-  std::string action = params.value("action", std::string());
-  std::string format = params.value("format", std::string("runtime"));
-  if (format != "runtime" && format != "checkpoint") {
-    throw protocol::ValueError("Invalid weight_checker format '" + format +
-                               "': expected runtime or checkpoint");
-  }
+  const auto request = protocol::WeightCheckerParams::from_json(params);
   auto digests = [&] {
-    return format == "checkpoint" ? model_->checkpoint_checksums()
-                                  : model_->runtime_checksums(key_prefix_);
+    return request.format == "checkpoint" ? model_->checkpoint_checksums()
+                                          : model_->runtime_checksums(key_prefix_);
   };
-  if (action == "checksum") return {{"checksums", digests()}};
-  if (action == "reset") {
+  if (request.action == "checksum") return {{"checksums", digests()}};
+  if (request.action == "reset") {
     model_->zero_weights();
     return {{"status", "reset"}};
   }
-  if (action == "compare") {
-    auto it = params.find("baseline");
-    if (it == params.end() || !it->is_object()) {
-      throw protocol::ValueError("action='compare' requires a 'baseline' object");
-    }
-    std::map<std::string, std::string> baseline;
-    for (const auto& [name, hex] : it->items()) {
-      if (!hex.is_string())
-        throw protocol::ValueError("`baseline['" + name + "']` must be a string");
-      baseline[name] = hex.get<std::string>();
-    }
+  {  // compare
+    const auto& baseline = request.baseline;
     auto sums = digests();
     std::set<std::string> mismatches;
     for (const auto& [name, hex] : baseline) {
@@ -53,8 +41,6 @@ nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
             {"mismatches", mismatches},
             {"ranks", match ? nlohmann::json::array() : nlohmann::json::array({global_rank_})}};
   }
-  throw protocol::ValueError("Invalid weight_checker action '" + action +
-                             "': expected checksum, compare or reset");
 }
 
 }  // namespace hotswap::worker

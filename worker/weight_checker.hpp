@@ -1,5 +1,5 @@
 // WeightChecker: vLLM's weight_checker route. `checksum` returns SHA-256 digests of the runtime
-// tensors keyed `dp<R>:pp0:pcp0:tp0:ep0:<name>` (or, with "format": "checkpoint", of the
+// tensors keyed `dp<R>:pp0:pcp0:tp0:<name>` (or, with "format": "checkpoint", of the
 // checkpoint-format tensors keyed by Hugging Face name); `compare` checks them against the
 // given `baseline` and returns `match`, the sorted `mismatches` (keys whose digests differ or
 // that only one side has) and the `ranks` that mismatched; `reset` zeroes every weight, as

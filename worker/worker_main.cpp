@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "transport/exception_text.hpp"
 #include "worker/control_server.hpp"
 #include "worker/event_fd.hpp"
 #include "worker/http_server.hpp"
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<worker::HttpServer> http;
     std::string http_line;
     if (options.http_port != 0) {
-      http = std::make_unique<worker::HttpServer>(service, options.http_host, options.http_port);
+      http = std::make_unique<worker::HttpServer>(service, options);
       http_line = "; http http://" + options.http_host + ":" + std::to_string(http->port());
     }
     std::cout << "hotswap-worker ready: control " << server.endpoint() << "; " << service.describe()
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
     server.run(stop);
     std::cout << "hotswap-worker: shutting down" << std::endl;
   } catch (const std::exception& e) {
-    std::cerr << "hotswap-worker: " << e.what() << std::endl;
+    std::cerr << "hotswap-worker: " << transport::one_line_cause(e) << std::endl;
     status = 1;
   }
   return status;

@@ -36,6 +36,20 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "enable CURVE: this server's Z85 secret key (40 chars) in a file");
   app.add_option("--curve-authorized-keys", o.curve_authorized_keys,
                  "with CURVE: a directory of authorized clients' Z85 public keys, one per file");
+  app.add_flag("--curve-allow-any-client", o.curve_allow_any_client,
+               "with CURVE but no --curve-authorized-keys: encrypt, and accept any client key");
+  app.add_option("--api-key", o.api_key,
+                 "HTTP routes other than /health and /metrics require 'Authorization: Bearer "
+                 "KEY' (default: $VLLM_API_KEY, as vLLM)");
+  app.add_option("--max-request-bytes", o.max_request_bytes,
+                 "largest control request or HTTP body accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1024), std::size_t(1) << 40));
+  app.add_option("--max-queued-requests", o.max_queued_requests,
+                 "generate requests waiting for a batch slot, and long calls waiting for a "
+                 "thread; past it, an overloaded error (HTTP 503)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 24));
   try {
     app.parse(argc, argv);
     o.update_mode = model_loader::update_mode_from_name(update_mode);
@@ -46,7 +60,12 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
         o.data_parallel_rank >= o.data_parallel_size) {
       throw CLI::ValidationError("--data-parallel-rank must be in 0..--data-parallel-size - 1");
     }
-    if (o.timeout_seconds <= 0) throw CLI::ValidationError("--timeout must be positive");
+    if (!(o.timeout_seconds > 0) || o.timeout_seconds > 1e7) {
+      throw CLI::ValidationError("--timeout must be a positive number of seconds");
+    }
+    if (o.api_key.empty()) {
+      if (const char* env = std::getenv("VLLM_API_KEY")) o.api_key = env;
+    }
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   } catch (const std::exception& e) {

@@ -28,6 +28,10 @@ struct WorkerOptions {
   std::string log_level = "info";
   std::string curve_secret_key_file;
   std::string curve_authorized_keys;
+  bool curve_allow_any_client = false;  // CURVE encryption without client authentication
+  std::string api_key;                  // HTTP: Authorization: Bearer <key> (or VLLM_API_KEY)
+  std::size_t max_request_bytes = 64u << 20;
+  std::size_t max_queued_requests = 4096;
 
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));

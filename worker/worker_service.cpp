@@ -1,11 +1,15 @@
 #include "worker/worker_service.hpp"
 
 #include <chrono>
+#include <future>
 #include <sstream>
 
 #include "protocol/errors.hpp"
+#include "protocol/method_params.hpp"
 #include "protocol/weight_transfer_config.hpp"
 #include "receiver/weight_transfer_engine_factory.hpp"
+#include "transport/device.hpp"
+#include "transport/exception_text.hpp"
 
 namespace hotswap::worker {
 namespace {
@@ -34,23 +38,8 @@ model_loader::ModelOptions model_options(const WorkerOptions& o) {
     m.quantize_int8 = true;
   }
   m.update_mode = o.update_mode;
-  m.device = c10::Device(o.device);
+  m.device = transport::parse_device(o.device);
   return m;
-}
-
-const json& required_object(const json& params, const char* key) {
-  auto it = params.find(key);
-  if (it == params.end()) {
-    throw protocol::ValueError(std::string("Missing '") + key + "' in request body");
-  }
-  return *it;
-}
-
-std::optional<std::string> optional_string(const json& params, const char* key) {
-  auto it = params.find(key);
-  if (it == params.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) throw protocol::ValueError(std::string("`") + key + "` must be a string");
-  return it->get<std::string>();
 }
 
 }  // namespace
@@ -69,7 +58,8 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   }
   controller_ = std::make_unique<WeightUpdateController>(std::move(engine), parallel_);
   scheduler_ = std::make_unique<GenerationScheduler>(
-      model_, [this] { return controller_->weight_version(); });
+      model_, [this] { return controller_->weight_version(); }, /*max_batch=*/32,
+      options.max_queued_requests);
   checker_ = std::make_unique<WeightChecker>(model_, parallel_.data_parallel_rank,
                                              parallel_.global_rank());
 }
@@ -112,34 +102,27 @@ json WorkerService::health() const {
           {"data_parallel_rank", parallel_.data_parallel_rank}};
 }
 
-// Rejections of a malformed request body, before any work: vLLM's routes answer these with a
-// 400 and record no metric.
-static void check_request_body(const std::string& method, const json& params) {
-  if (method == "init_weight_transfer_engine") {
-    if (!required_object(params, "init_info").is_object()) {
-      throw protocol::ValueError("`init_info` must be a JSON object");
-    }
-  } else if (method == "update_weights") {
-    const json& info = required_object(params, "update_info");
-    if (!info.is_object() && !info.is_array()) {
-      throw protocol::ValueError("`update_info` must be an object or a list of objects");
-    }
-  } else if (method == "update_weight_version") {
-    if (!optional_string(params, "new_version")) {
-      throw protocol::ValueError("Missing 'new_version' in request body");
-    }
-  } else if (method == "finish_weight_update") {
-    (void)optional_string(params, "weight_version");
+json WorkerService::call(const std::string& method, const json& params,
+                         const std::function<bool()>& caller_gone) {
+  try {
+    return dispatch(method, params, caller_gone);
+  } catch (const protocol::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // libtorch's errors carry a backtrace; a client gets the one line that says why.
+    throw protocol::RuntimeError(transport::one_line_cause(e));
   }
 }
 
-json WorkerService::call(const std::string& method, const json& params) {
+json WorkerService::dispatch(const std::string& method, const json& params,
+                             const std::function<bool()>& caller_gone) {
+  // Rejections of a malformed request body come before any work: vLLM's routes answer these
+  // with a 400 and record no metric.
+  protocol::validate_params(method, params);
   if (kOperationNames.contains(method)) {
-    check_request_body(method, params);
     const std::string op = kOperationNames.at(method);
-    const bool sets_version = method == "finish_weight_update" &&
-                              params.contains("weight_version") &&
-                              !params["weight_version"].is_null();
+    const bool sets_version =
+        method == "finish_weight_update" && protocol::weight_version_of(params).has_value();
     auto start = Clock::now();
     {
       std::lock_guard lock(stats_mutex_);
@@ -170,16 +153,14 @@ json WorkerService::call(const std::string& method, const json& params) {
   }
   if (method == "is_paused") return {{"is_paused", scheduler_->is_paused()}};
   if (method == "get_world_size") {
-    bool include_dp = params.value("include_dp", true);
+    bool include_dp = protocol::WorldSizeParams::from_json(params).include_dp;
     int size = parallel_.world_size() * (include_dp ? parallel_.data_parallel_size : 1);
     return {{"world_size", size}};
   }
   if (method == "pause") {
-    std::string mode = params.contains("mode") && params["mode"].is_string()
-                           ? params["mode"].get<std::string>()
-                           : std::string("abort");
     // clear_cache: hotswap keeps no prefix cache, so there is nothing to clear.
-    scheduler_->pause(pause_mode_from_name(mode), options_.timeout());
+    auto pause = protocol::PauseParams::from_json(params);
+    scheduler_->pause(pause_mode_from_name(pause.mode), options_.timeout());
     return {{"status", "paused"}};
   }
   if (method == "resume") {
@@ -187,7 +168,7 @@ json WorkerService::call(const std::string& method, const json& params) {
     return {{"status", "resumed"}};
   }
   if (method == "weight_checker") return checker_->handle(params);
-  if (method == "generate") return generate(params);
+  if (method == "generate") return generate(params, caller_gone);
   if (method == "shutdown") {
     shutdown_requested_ = true;
     return {{"status", "shutting down"}};
@@ -211,9 +192,7 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
   };
 
   if (method == "init_weight_transfer_engine") {
-    const json& init_info = required_object(params, "init_info");
-    if (!init_info.is_object()) throw protocol::ValueError("`init_info` must be a JSON object");
-    controller_->init_weight_transfer_engine(init_info);
+    controller_->init_weight_transfer_engine(protocol::init_info_of(params));
     return {{"message", "Weight transfer initialized"}};
   }
   if (method == "shutdown_weight_transfer_engine") {
@@ -241,7 +220,7 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
                                                         : "Draft weight update started"}};
   }
   if (method == "update_weights") {
-    const json& update_info = required_object(params, "update_info");
+    const json& update_info = protocol::update_info_of(params);
     try {
       controller_->update_weights(update_info);
     } catch (...) {
@@ -251,7 +230,7 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
     return {{"message", "Weights updated"}};
   }
   if (method == "finish_weight_update") {
-    auto version = optional_string(params, "weight_version");
+    auto version = protocol::weight_version_of(params);
     // Staged: the commit and the new version land together between two generation steps.
     if (!update_hold_) scheduler_->hold();
     try {
@@ -266,56 +245,74 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
     return {{"message", "Weight update finished"}};
   }
   if (method == "update_weight_version") {
-    auto version = optional_string(params, "new_version");
-    if (!version) throw protocol::ValueError("Missing 'new_version' in request body");
-    controller_->update_weight_version(*version);
-    return {{"success", true}, {"new_version", *version}};
+    auto version = protocol::new_version_of(params);
+    controller_->update_weight_version(version);
+    return {{"success", true}, {"new_version", version}};
   }
   throw protocol::MethodNotFound("Method not found: '" + method + "'");
 }
 
-json WorkerService::generate(const json& params) {
+std::uint64_t WorkerService::generate_async(const json& params, GenerateDone done) {
+  auto p = protocol::GenerateParams::from_json(params);
+  // vLLM's limits and messages: prompt and completion together fit the model's context.
+  const std::int64_t max_len = model_->config().max_position_embeddings;
+  const auto input = static_cast<std::int64_t>(p.prompt_token_ids.size());
+  if (input > max_len) {
+    throw protocol::ValueError("This model's maximum context length is " + std::to_string(max_len) +
+                               " tokens. However, your request has " + std::to_string(input) +
+                               " input tokens. Please reduce the length of the input messages.");
+  }
+  if (p.max_tokens > max_len - input) {
+    throw protocol::ValueError(
+        "'max_tokens' or 'max_completion_tokens' is too large: " + std::to_string(p.max_tokens) +
+        ". This model's maximum context length is " + std::to_string(max_len) +
+        " tokens and your request has " + std::to_string(input) + " input tokens (" +
+        std::to_string(p.max_tokens) + " > " + std::to_string(max_len) + " - " +
+        std::to_string(input) + ").");
+  }
   GenerateRequest request;
-  auto ids = params.find("prompt_token_ids");
-  if (ids == params.end() || !ids->is_array() || ids->empty()) {
-    throw protocol::ValueError("`prompt_token_ids` must be a non-empty list of token ids");
-  }
-  for (const auto& id : *ids) {
-    if (!id.is_number_integer())
-      throw protocol::ValueError("`prompt_token_ids` must hold integers");
-    request.prompt_token_ids.push_back(id.get<std::int64_t>());
-  }
-  auto& p = request.params;
-  auto number = [&](const char* key, double fallback) {
-    auto it = params.find(key);
-    if (it == params.end() || it->is_null()) return fallback;
-    if (!it->is_number()) throw protocol::ValueError(std::string("`") + key + "` must be a number");
-    return it->get<double>();
-  };
-  p.max_tokens = static_cast<std::int64_t>(number("max_tokens", 16));
-  p.temperature = number("temperature", 1.0);
-  p.top_p = number("top_p", 1.0);
-  if (auto it = params.find("seed"); it != params.end() && !it->is_null()) {
-    if (!it->is_number_integer()) throw protocol::ValueError("`seed` must be an integer");
-    p.seed = it->get<std::uint64_t>();
-  }
-  if (auto it = params.find("stop_token_ids"); it != params.end() && !it->is_null()) {
-    if (!it->is_array()) throw protocol::ValueError("`stop_token_ids` must be a list of integers");
-    for (const auto& id : *it)
-      p.stop_token_ids.push_back(id.get<std::int64_t>());
-  }
-  if (auto it = params.find("logprobs"); it != params.end() && !it->is_null()) {
-    // vLLM's `logprobs` is a count of alternatives; hotswap returns the sampled token's.
-    request.logprobs = it->is_boolean() ? it->get<bool>() : it->is_number_integer();
-  }
-  bool logprobs = request.logprobs;
-  auto future = scheduler_->submit(std::move(request));
+  request.prompt_token_ids = std::move(p.prompt_token_ids);
+  request.params.max_tokens = p.max_tokens;
+  request.params.temperature = p.temperature;
+  request.params.top_p = p.top_p;
+  request.params.seed = p.seed;
+  request.params.stop_token_ids = std::move(p.stop_token_ids);
+  request.logprobs = p.logprobs;
+  const bool logprobs = p.logprobs;
   // A paused worker holds requests until resume(); the wait is bounded all the same.
-  if (future.wait_for(options_.timeout()) != std::future_status::ready) {
-    throw protocol::TimeoutError("generate did not complete within " +
-                                 std::to_string(options_.timeout_seconds) + " s");
+  return scheduler_->submit(std::move(request), Clock::now() + options_.timeout(),
+                            [logprobs, done = std::move(done)](GenerateOutcome outcome) {
+                              if (outcome.error) {
+                                done(nullptr, outcome.error);
+                              } else {
+                                done(outcome.result->to_json(logprobs), nullptr);
+                              }
+                            });
+}
+
+void WorkerService::cancel_generate(std::uint64_t ticket) {
+  scheduler_->cancel(ticket);
+}
+
+void WorkerService::stop_generation() {
+  scheduler_->shutdown();
+}
+
+json WorkerService::generate(const json& params, const std::function<bool()>& caller_gone) {
+  auto promise = std::make_shared<std::promise<json>>();
+  auto future = promise->get_future();
+  const auto ticket = generate_async(params, [promise](json result, std::exception_ptr error) {
+    if (error) {
+      promise->set_exception(error);
+    } else {
+      promise->set_value(std::move(result));
+    }
+  });
+  // The scheduler enforces the deadline; the caller may leave earlier.
+  while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (caller_gone && caller_gone()) scheduler_->cancel(ticket);
   }
-  return future.get().to_json(logprobs);
+  return future.get();
 }
 
 std::map<std::string, WorkerService::OperationStats> WorkerService::operation_stats() const {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,8 +27,21 @@ class WorkerService {
   ~WorkerService();
 
   // Runs one method. MethodNotFound for an unknown one; ValueError, RuntimeError,
-  // TimeoutError, TransferError as the work fails.
-  nlohmann::json call(const std::string& method, const nlohmann::json& params);
+  // TimeoutError, TransferError, OverloadedError as the work fails. `caller_gone`, if given, is
+  // asked now and then during a long generate: true cancels it (the caller went away).
+  nlohmann::json call(const std::string& method, const nlohmann::json& params,
+                      const std::function<bool()>& caller_gone = {});
+
+  // `generate` without holding a thread while it runs: `done` gets the result or the error, once,
+  // from another thread, unless this throws first (bad params, dirty model, full queue). The
+  // request is dropped with a TimeoutError after --timeout. Returns a ticket for cancel_generate.
+  using GenerateDone = std::function<void(nlohmann::json result, std::exception_ptr error)>;
+  std::uint64_t generate_async(const nlohmann::json& params, GenerateDone done);
+  // The caller of `ticket` went away: stop generating for it.
+  void cancel_generate(std::uint64_t ticket);
+  // Ends every generate request (finish_reason "abort") and refuses new ones: called once the
+  // control loop stops, so that every caller hears back before the servers go.
+  void stop_generation();
 
   // Methods that may take long (a transfer, generation, hashing, a drain) and so run off the
   // socket thread; the others answer at once.
@@ -45,8 +60,10 @@ class WorkerService {
   std::uint64_t bytes_received() const { return controller_->bytes_received(); }
 
  private:
+  nlohmann::json dispatch(const std::string& method, const nlohmann::json& params,
+                          const std::function<bool()>& caller_gone);
   nlohmann::json weight_call(const std::string& method, const nlohmann::json& params);
-  nlohmann::json generate(const nlohmann::json& params);
+  nlohmann::json generate(const nlohmann::json& params, const std::function<bool()>& caller_gone);
   nlohmann::json health() const;
 
   WorkerOptions options_;

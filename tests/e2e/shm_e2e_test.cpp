@@ -1,10 +1,14 @@
 // The shm data plane into real worker processes on this host.
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "e2e/e2e_support.hpp"
 #include "model_loader/model_test_support.hpp"
@@ -184,8 +188,8 @@ BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything,
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
   auto before = client->call("weight_checker", {{"action", "checksum"}});
   trainer_sdk::SharedWeightArena arena(4096);
-  transport::ShmSegment buffer = transport::ShmSegment::create(
-      "/hotswap-" + std::to_string(::getpid()) + "-offsets", transport::ShmRing::kHeaderBytes + 64);
+  auto ring =
+      transport::ShmRing::create({"/hotswap-" + std::to_string(::getpid()) + "-offsets"}, 64, 1);
   nlohmann::json update_info = nlohmann::json::object();
   std::vector<protocol::ParamMeta> meta;
   std::vector<std::int64_t> offsets;
@@ -200,18 +204,18 @@ BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything,
 
   // Offsets without an arena at the handshake. A failed update ends the session.
   client->init_weight_transfer_engine(
-      {{"segment_names", {buffer.name()}}, {"packed_buffer_size_bytes", 64}});
+      {{"segment_names", ring.names()}, {"packed_buffer_size_bytes", 64}});
   client->start_weight_update();
   HOTSWAP_CHECK_THROW_MSG(client->update_weights(update_info), protocol::Error,
                           "in a shared weight arena, but the handshake named none");
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
 
-  client->init_weight_transfer_engine({{"segment_names", {buffer.name()}},
+  client->init_weight_transfer_engine({{"segment_names", ring.names()},
                                        {"packed_buffer_size_bytes", 64},
                                        {"arena_name", arena.name()}});
   client->start_weight_update();
   HOTSWAP_CHECK_THROW_MSG(client->update_weights(update_info), protocol::Error,
-                          "of the shared weight arena " + arena.name() + ", which holds 4096");
+                          "the shared weight arena " + arena.name() + ", which holds 4096");
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
   BOOST_TEST(client->call("health")["status"] == "ok");
 }
@@ -219,28 +223,159 @@ BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything,
 BOOST_FIXTURE_TEST_CASE(a_worker_clears_a_dead_trainers_segments_and_never_a_live_ones, Fixture) {
   auto w = worker();
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
-  // A trainer that is gone: its pid, its segments still in /dev/shm.
-  pid_t dead = ::fork();
-  if (dead == 0) ::_exit(0);
-  ::waitpid(dead, nullptr, 0);
-  auto names_of = [](pid_t pid) {
-    const std::string base = "/hotswap-" + std::to_string(pid) + "-left-";
-    return std::pair{base + "0", base + "arena"};
-  };
   auto exists = [](const std::string& name) { return std::filesystem::exists("/dev/shm" + name); };
-  for (pid_t creator : {dead, ::getpid()}) {
-    auto [ring_name, arena_name] = names_of(creator);
-    auto ring = transport::ShmRing::create({ring_name}, 4096, 1);
-    auto arena = transport::ShmSegment::create(arena_name, 4096);
-    client->init_weight_transfer_engine({{"segment_names", {ring_name}},
-                                         {"packed_buffer_size_bytes", 4096},
-                                         {"arena_name", arena_name}});
-    client->call("shutdown_weight_transfer_engine");
-    const bool alive = creator == ::getpid();
-    BOOST_TEST(exists(ring_name) == alive,
-               "ring of " << (alive ? "a live" : "a dead") << " trainer");
-    BOOST_TEST(exists(arena_name) == alive,
-               "arena of " << (alive ? "a live" : "a dead") << " trainer");
+  const std::string base = "/hotswap-" + std::to_string(::getpid()) + "-left-";
+  // A trainer that died without cleaning up: a child makes a ring and an arena and exits
+  // without running a destructor, as a SIGKILLed trainer would.
+  pid_t dead = ::fork();
+  if (dead == 0) {
+    new transport::ShmRing(transport::ShmRing::create({base + "dead-0"}, 4096, 1));
+    new transport::ShmSegment(
+        transport::ShmSegment::create(base + "dead-arena", transport::ShmKind::kWeightArena, 4096));
+    ::_exit(0);
+  }
+  ::waitpid(dead, nullptr, 0);
+  BOOST_REQUIRE(exists(base + "dead-0") && exists(base + "dead-arena"));
+
+  // A live trainer's handshake: the worker sweeps the dead one's segments away on the way.
+  auto ring = transport::ShmRing::create({base + "live-0"}, 4096, 1);
+  auto arena =
+      transport::ShmSegment::create(base + "live-arena", transport::ShmKind::kWeightArena, 4096);
+  client->init_weight_transfer_engine({{"segment_names", ring.names()},
+                                       {"packed_buffer_size_bytes", 4096},
+                                       {"arena_name", arena.name()}});
+  BOOST_TEST(!exists(base + "dead-0"));
+  BOOST_TEST(!exists(base + "dead-arena"));
+  // A live trainer's segments survive the worker's shutdown of the channel and of itself.
+  client->call("shutdown_weight_transfer_engine");
+  BOOST_TEST(exists(base + "live-0"));
+  BOOST_TEST(exists(base + "live-arena"));
+  client->call("shutdown");
+  BOOST_TEST(w->wait_exit(20s) == 0);
+  BOOST_TEST(exists(base + "live-0"));
+  BOOST_TEST(exists(base + "live-arena"));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_trainer_killed_after_init_leaves_nothing_behind, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  const std::string base = "/hotswap-" + std::to_string(::getpid()) + "-killed-";
+  int ready[2];
+  BOOST_REQUIRE(::pipe(ready) == 0);
+  pid_t trainer = ::fork();
+  if (trainer == 0) {
+    new transport::ShmRing(transport::ShmRing::create({base + "0", base + "1"}, 4096, 1));
+    char byte = 1;
+    [[maybe_unused]] auto n = ::write(ready[1], &byte, 1);
+    ::pause();  // until killed
+    ::_exit(0);
+  }
+  char byte = 0;
+  BOOST_REQUIRE(::read(ready[0], &byte, 1) == 1);
+  client->init_weight_transfer_engine(
+      {{"segment_names", {base + "0", base + "1"}}, {"packed_buffer_size_bytes", 4096}});
+  ::kill(trainer, SIGKILL);
+  ::waitpid(trainer, nullptr, 0);
+  // The worker watches the trainer: its segments go without any further call.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::filesystem::exists("/dev/shm" + base + "0") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_TEST(!std::filesystem::exists("/dev/shm" + base + "0"));
+  BOOST_TEST(!std::filesystem::exists("/dev/shm" + base + "1"));
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_trainer_that_shrinks_its_buffers_fails_the_round_not_the_worker,
+                        Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  const auto before = client->call("weight_checker", {{"action", "checksum"}});
+  const auto greedy = [&] {
+    return client->call(
+        "generate",
+        {{"prompt_token_ids", {1, 2, 3}}, {"max_tokens", 4}, {"temperature", 0}})["token_ids"];
+  };
+  const auto tokens = greedy();
+  for (bool arena_case : {false, true}) {
+    const std::string base =
+        "/hotswap-" + std::to_string(::getpid()) + "-shrink-" + std::to_string(arena_case) + "-";
+    auto ring = transport::ShmRing::create({base + "0"}, 1 << 20, 1);
+    trainer_sdk::SharedWeightArena arena(1 << 20);
+    nlohmann::json update_info = nlohmann::json::object();
+    std::vector<protocol::ParamMeta> meta;
+    std::vector<std::int64_t> offsets;
+    for (auto& [name, tensor] : new_ckpt.tensors()) {
+      auto t = arena.copy_in(name, tensor);
+      meta.push_back(trainer_sdk::param_meta_of(name, t));
+      offsets.push_back(arena.find(name)->offset);
+    }
+    protocol::write_param_lists(meta, update_info);
+    update_info["first_sequence"] = 1;
+    nlohmann::json init = {{"segment_names", ring.names()}, {"packed_buffer_size_bytes", 1 << 20}};
+    if (arena_case) {
+      update_info["arena_offsets"] = offsets;
+      init["arena_name"] = arena.name();
+    }
+    client->init_weight_transfer_engine(init);
+    // The trainer (a buggy one) truncates a segment after the handshake: what would have been
+    // SIGBUS in the worker is a failed round.
+    const std::string victim = arena_case ? arena.name() : base + "0";
+    int fd = ::shm_open(victim.c_str(), O_RDWR, 0);
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::ftruncate(fd, 0) == 0);
+    ::close(fd);
+    client->start_weight_update();
+    try {
+      client->update_weights(update_info);
+      BOOST_FAIL("a shrunk segment must fail the round");
+    } catch (const protocol::Error& e) {
+      BOOST_TEST(protocol::error_code(e.kind()) == protocol::kTransferFailedCode);
+      BOOST_TEST(std::string(e.what()).find(victim) != std::string::npos, e.what());
+    }
+    BOOST_TEST(client->call("health")["status"] == "ok");
+    BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
+    BOOST_TEST(greedy() == tokens);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(the_worker_opens_only_segments_a_hotswap_trainer_made, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  // Another program's segment, and one under hotswap's prefix that has no hotswap header.
+  const std::string foreign = "/not-hotswap-" + std::to_string(::getpid());
+  const std::string headerless = "/hotswap-" + std::to_string(::getpid()) + "-headerless";
+  const std::string content(8192, 'x');
+  for (const auto& name : {foreign, headerless}) {
+    int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::write(fd, content.data(), content.size()) ==
+                  static_cast<ssize_t>(content.size()));
+    ::close(fd);
+  }
+  HOTSWAP_CHECK_THROW_MSG(client->init_weight_transfer_engine({{"segment_names", {foreign}}}),
+                          protocol::ValueError, "must be a hotswap shared-memory name");
+  HOTSWAP_CHECK_THROW_MSG(client->init_weight_transfer_engine({{"segment_names", {headerless}}}),
+                          protocol::ValueError, "has no hotswap header");
+  auto ring =
+      transport::ShmRing::create({"/hotswap-" + std::to_string(::getpid()) + "-ok-0"}, 64, 1);
+  HOTSWAP_CHECK_THROW_MSG(client->init_weight_transfer_engine({{"segment_names", ring.names()},
+                                                               {"packed_buffer_size_bytes", 64},
+                                                               {"arena_name", headerless}}),
+                          protocol::ValueError, "has no hotswap header");
+  client->call("shutdown_weight_transfer_engine");
+  // Neither was unlinked nor written.
+  for (const auto& name : {foreign, headerless}) {
+    int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    BOOST_REQUIRE_MESSAGE(fd >= 0, name << " must still exist");
+    std::string read_back(content.size(), '\0');
+    BOOST_TEST(::read(fd, read_back.data(), read_back.size()) ==
+               static_cast<ssize_t>(content.size()));
+    BOOST_TEST((read_back == content));
+    ::close(fd);
+    ::shm_unlink(name.c_str());
   }
 }
 

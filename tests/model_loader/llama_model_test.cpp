@@ -75,11 +75,11 @@ BOOST_AUTO_TEST_CASE(fused_rows_land_at_their_offsets) {
   CheckpointDir ckpt(testing::tiny_config(Architecture::kQwen2), 13);
   auto model = ckpt.load();
   // The runtime view has the fused parameters, keyed as vLLM's checker keys them.
-  auto runtime = model->runtime_checksums("dp0:pp0:pcp0:tp0:ep0:");
-  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:ep0:model.layers.1.self_attn.qkv_proj.weight") == 1u);
-  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:ep0:model.layers.1.self_attn.qkv_proj.bias") == 1u);
-  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:ep0:model.layers.1.mlp.gate_up_proj.weight") == 1u);
-  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:ep0:model.layers.1.self_attn.q_proj.weight") == 0u);
+  auto runtime = model->runtime_checksums("dp0:pp0:pcp0:tp0:");
+  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:model.layers.1.self_attn.qkv_proj.weight") == 1u);
+  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:model.layers.1.self_attn.qkv_proj.bias") == 1u);
+  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:model.layers.1.mlp.gate_up_proj.weight") == 1u);
+  BOOST_TEST(runtime.count("dp0:pp0:pcp0:tp0:model.layers.1.self_attn.q_proj.weight") == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(kv_cache_decoding_equals_full_recomputation) {

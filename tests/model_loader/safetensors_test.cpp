@@ -141,7 +141,18 @@ BOOST_AUTO_TEST_CASE(every_malformed_header_is_an_error_naming_file_tensor_and_f
       {"", 0, "header length 100 runs past the end", 100},
       {"{}", 0, "exceeds the 104857600-byte cap", (100ull << 20) + 1},
       {"{not json", 0, "the header is not valid JSON"},
-      {"[1,2]", 0, "the header is not a JSON object"},
+      {"[1,2]", 0, "the header does not start with '{'"},
+      {" {}", 0, "the header does not start with '{'"},
+      {"{}  x ", 0, "byte 12 after the header's JSON is not a space"},
+      {"{}\n", 0, "byte 10 after the header's JSON is not a space"},
+      {R"({"w":)" + entry("F32", "[1]", "[0,4]") + R"(,"w":)" + entry("F32", "[1]", "[0,4]") + "}",
+       4, "the header repeats the key 'w'"},
+      {R"({"w":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4,
+       "the header repeats the key 'dtype'"},
+      {"{\"a\":" + std::string(200, '[') + std::string(200, ']') + "}", 0,
+       "the header nests arrays and objects deeper than 128 levels"},
+      {R"({"w":)" + entry("F32", "[18446744073709551615]", "[0,4]") + "}", 4,
+       "tensor 'w': `shape` must hold non-negative 64-bit integers"},
       {R"({"w":)" + entry("F33", "[1]", "[0,4]") + "}", 4,
        "tensor 'w': unknown safetensors dtype 'F33'"},
       {R"({"w":)" + entry("F32", "7", "[0,4]") + "}", 4,
@@ -171,6 +182,9 @@ BOOST_AUTO_TEST_CASE(every_malformed_header_is_an_error_naming_file_tensor_and_f
     BOOST_TEST(error.find(c.needle) != std::string::npos,
                "wanted '" << c.needle << "' in: " << error);
   }
+  // Space padding after the JSON is the reference writer's alignment, and fine.
+  std::string padded = write_raw(dir, R"({"w":)" + entry("F32", "[1]", "[0,4]") + "}    ", 4);
+  BOOST_TEST(open_error(padded).empty(), open_error(padded));
   std::string tiny = (dir.path / "tiny.safetensors").string();
   std::ofstream(tiny) << "abc";
   BOOST_TEST(open_error(tiny).find("too short for the 8-byte header length") != std::string::npos);

@@ -147,13 +147,18 @@ BOOST_AUTO_TEST_CASE(shm_init_info_names_posix_segments) {
   BOOST_TEST(info.to_json() == payload);
   payload["segment_names"] = {"hotswap"};
   HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError,
-                          "`segment_names[0]` must be a POSIX shared-memory name");
+                          "`segment_names[0]` must be a hotswap shared-memory name");
+  // Only hotswap's own segments: a client cannot point the worker at another program's.
+  for (const char* other : {"/x", "/hotswap-", "/hotswapx-1", "/dev-shm-secret"}) {
+    payload["segment_names"] = {other};
+    HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError, "the prefix /hotswap-");
+  }
   payload["segment_names"] = {"/a/b"};
   HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError, "got '/a/b'");
   payload["segment_names"] = json::array();
   HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(payload), ValueError,
                           "`segment_names` must name at least one shared-memory buffer");
-  json zero = {{"segment_names", {"/x"}}, {"packed_buffer_size_bytes", 0}};
+  json zero = {{"segment_names", {"/hotswap-x"}}, {"packed_buffer_size_bytes", 0}};
   HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(zero), ValueError,
                           "`packed_buffer_size_bytes` must be positive, got 0");
 }
@@ -180,7 +185,7 @@ BOOST_AUTO_TEST_CASE(shm_arena_offsets_say_which_tensors_are_read_in_place) {
   BOOST_TEST(*ShmInitInfo::from_json(init).arena_name == "/hotswap-1-arena-0");
   init["arena_name"] = "arena";
   HOTSWAP_CHECK_THROW_MSG(ShmInitInfo::from_json(init), ValueError,
-                          "`arena_name` must be a POSIX shared-memory name");
+                          "`arena_name` must be a hotswap shared-memory name");
 
   json update = {{"names", {"a", "b", "c"}},
                  {"dtype_names", {"bfloat16", "float32", "bfloat16"}},

@@ -31,6 +31,7 @@
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "transport/exception_text.hpp"
 #include "transport/gloo_communicator.hpp"
 
 using namespace hotswap;
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
     }
     engine->shutdown();
   } catch (const std::exception& e) {
-    std::cerr << "hotswap-trainer: " << e.what() << "\n";
+    std::cerr << "hotswap-trainer: " << transport::one_line_cause(e) << "\n";
     return 1;
   }
   return 0;

@@ -1,0 +1,257 @@
+#include "protocol/method_params.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "protocol/errors.hpp"
+#include "protocol/json_fields.hpp"
+
+namespace hotswap::protocol {
+namespace {
+
+using nlohmann::json;
+
+const json* field(const json& params, const char* key) {
+  if (!params.is_object()) throw ValueError("the params must be a JSON object");
+  auto it = params.find(key);
+  return it == params.end() || it->is_null() ? nullptr : &*it;
+}
+
+[[noreturn]] void wrong(const char* key, const std::string& wanted, const json& got) {
+  throw ValueError(std::string("`") + key + "` must be " + wanted + ", got " + describe_json(got));
+}
+
+// An integer, or a float holding an integer exactly (Python's pydantic takes 16.0 for 16).
+std::optional<std::int64_t> as_int64(const json& v) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
+      return std::nullopt;
+    }
+    return v.get<std::int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    // 2^63 itself does not fit; every double below it that is whole does.
+    if (std::isfinite(d) && d == std::floor(d) && d >= -9.223372036854775808e18 &&
+        d < 9.223372036854775808e18) {
+      return static_cast<std::int64_t>(d);
+    }
+  }
+  return std::nullopt;
+}
+
+std::int64_t integer(const json& params, const char* key, std::int64_t fallback) {
+  const json* v = field(params, key);
+  if (v == nullptr) return fallback;
+  auto n = as_int64(*v);
+  if (!n) wrong(key, "an integer", *v);
+  return *n;
+}
+
+double number(const json& params, const char* key, double fallback) {
+  const json* v = field(params, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number()) wrong(key, "a number", *v);
+  return v->get<double>();
+}
+
+bool boolean(const json& params, const char* key, bool fallback) {
+  const json* v = field(params, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) wrong(key, "true or false", *v);
+  return v->get<bool>();
+}
+
+std::optional<std::string> string(const json& params, const char* key) {
+  const json* v = field(params, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) wrong(key, "a string", *v);
+  return v->get<std::string>();
+}
+
+std::vector<std::int64_t> token_list(const json& params, const char* key) {
+  const json* v = field(params, key);
+  if (v == nullptr) return {};
+  if (!v->is_array()) wrong(key, "a list of token ids", *v);
+  std::vector<std::int64_t> out;
+  out.reserve(v->size());
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    auto id = as_int64((*v)[i]);
+    if (!id || *id < 0) {
+      throw ValueError(std::string("`") + key + "[" + std::to_string(i) +
+                       "]` must be a non-negative integer token id, got " + describe_json((*v)[i]));
+    }
+    out.push_back(*id);
+  }
+  return out;
+}
+
+template <std::size_t N>
+std::string one_of(const std::string& value, const char* what,
+                   const std::array<std::string_view, N>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
+  std::string list;
+  for (std::size_t i = 0; i < N; ++i)
+    list += (i == 0 ? "" : (i + 1 == N ? " or " : ", ")) + std::string(allowed[i]);
+  throw ValueError(std::string("Invalid ") + what + " '" + value + "': expected " + list);
+}
+
+}  // namespace
+
+GenerateParams GenerateParams::from_json(const json& params) {
+  GenerateParams p;
+  p.prompt_token_ids = token_list(params, "prompt_token_ids");
+  if (p.prompt_token_ids.empty()) {
+    throw ValueError("`prompt_token_ids` must be a non-empty list of token ids");
+  }
+  p.max_tokens = integer(params, "max_tokens", p.max_tokens);
+  if (p.max_tokens < 1) {
+    throw ValueError("max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
+  }
+  p.temperature = number(params, "temperature", p.temperature);
+  if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature)) {
+    throw ValueError("temperature must be a non-negative finite number, got " +
+                     std::to_string(p.temperature));
+  }
+  p.top_p = number(params, "top_p", p.top_p);
+  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) {
+    throw ValueError("top_p must be in (0, 1], got " + std::to_string(p.top_p));
+  }
+  if (const json* seed = field(params, "seed")) {
+    auto s = as_int64(*seed);
+    if (!s) wrong("seed", "an integer", *seed);
+    p.seed = static_cast<std::uint64_t>(*s);
+  }
+  p.stop_token_ids = token_list(params, "stop_token_ids");
+  if (const json* logprobs = field(params, "logprobs")) {
+    if (logprobs->is_boolean()) {
+      p.logprobs = logprobs->get<bool>();
+    } else if (auto n = as_int64(*logprobs); n && *n >= 0) {
+      p.logprobs = true;  // any count, 0 included, asks for the sampled token's logprob
+    } else {
+      wrong("logprobs", "a non-negative integer or a boolean", *logprobs);
+    }
+  }
+  return p;
+}
+
+PauseParams PauseParams::from_json(const json& params) {
+  PauseParams p;
+  if (auto mode = string(params, "mode")) {
+    p.mode = one_of(*mode, "pause mode", std::array<std::string_view, 3>{"abort", "wait", "keep"});
+  }
+  p.clear_cache = boolean(params, "clear_cache", p.clear_cache);
+  return p;
+}
+
+WorldSizeParams WorldSizeParams::from_json(const json& params) {
+  WorldSizeParams p;
+  p.include_dp = boolean(params, "include_dp", p.include_dp);
+  return p;
+}
+
+WeightCheckerParams WeightCheckerParams::from_json(const json& params) {
+  WeightCheckerParams p;
+  p.action = one_of(string(params, "action").value_or(""), "weight_checker action",
+                    std::array<std::string_view, 3>{"checksum", "compare", "reset"});
+  if (auto format = string(params, "format")) {
+    p.format = one_of(*format, "weight_checker format",
+                      std::array<std::string_view, 2>{"runtime", "checkpoint"});
+  }
+  if (p.action == "compare") {
+    const json* baseline = field(params, "baseline");
+    if (baseline == nullptr || !baseline->is_object()) {
+      throw ValueError("action='compare' requires a 'baseline' object");
+    }
+    for (const auto& [name, hex] : baseline->items()) {
+      if (!hex.is_string()) {
+        throw ValueError("`baseline['" + name + "']` must be a string, got " + describe_json(hex));
+      }
+      p.baseline[name] = hex.get<std::string>();
+    }
+  }
+  return p;
+}
+
+const json& init_info_of(const json& params) {
+  const json* info = field(params, "init_info");
+  if (info == nullptr) throw ValueError("Missing 'init_info' in request body");
+  if (!info->is_object()) wrong("init_info", "a JSON object", *info);
+  return *info;
+}
+
+const json& update_info_of(const json& params) {
+  const json* info = field(params, "update_info");
+  if (info == nullptr) throw ValueError("Missing 'update_info' in request body");
+  if (info->is_array()) {
+    for (std::size_t i = 0; i < info->size(); ++i) {
+      if (!(*info)[i].is_object()) {
+        throw ValueError("`update_info[" + std::to_string(i) +
+                         "]` must be a JSON object (one per rank), got " +
+                         describe_json((*info)[i]));
+      }
+    }
+  } else if (!info->is_object()) {
+    wrong("update_info", "an object or a list of objects", *info);
+  }
+  return *info;
+}
+
+std::optional<std::string> weight_version_of(const json& params) {
+  return string(params, "weight_version");
+}
+
+std::string new_version_of(const json& params) {
+  auto version = string(params, "new_version");
+  if (!version) throw ValueError("Missing 'new_version' in request body");
+  return *version;
+}
+
+const std::vector<std::string_view>& method_names() {
+  static const std::vector<std::string_view> names{"init_weight_transfer_engine",
+                                                   "shutdown_weight_transfer_engine",
+                                                   "start_weight_update",
+                                                   "start_draft_weight_update",
+                                                   "update_weights",
+                                                   "finish_weight_update",
+                                                   "update_weight_version",
+                                                   "weight_info",
+                                                   "pause",
+                                                   "resume",
+                                                   "is_paused",
+                                                   "get_world_size",
+                                                   "weight_checker",
+                                                   "generate",
+                                                   "health",
+                                                   "shutdown"};
+  return names;
+}
+
+void validate_params(std::string_view method, const json& params) {
+  if (!params.is_object()) throw ValueError("the params must be a JSON object");
+  if (method == "init_weight_transfer_engine") {
+    init_info_of(params);
+  } else if (method == "update_weights") {
+    update_info_of(params);
+  } else if (method == "finish_weight_update") {
+    weight_version_of(params);
+  } else if (method == "update_weight_version") {
+    new_version_of(params);
+  } else if (method == "pause") {
+    PauseParams::from_json(params);
+  } else if (method == "get_world_size") {
+    WorldSizeParams::from_json(params);
+  } else if (method == "weight_checker") {
+    WeightCheckerParams::from_json(params);
+  } else if (method == "generate") {
+    GenerateParams::from_json(params);
+  } else if (std::find(method_names().begin(), method_names().end(), method) ==
+             method_names().end()) {
+    throw MethodNotFound("Method not found: '" + std::string(method) + "'");
+  }
+}
+
+}  // namespace hotswap::protocol

@@ -1,0 +1,70 @@
+// The params of each control method, read and validated the way vLLM validates its request
+// bodies, without any worker state: a wrong type or a value out of range is a ValueError naming
+// the field (-32602, HTTP 400), never a JSON library error. The worker reads its methods'
+// params through these; the fuzzer runs them on arbitrary input. No libtorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hotswap::protocol {
+
+// `generate {prompt_token_ids, max_tokens, temperature, top_p, seed, stop_token_ids, logprobs}`.
+struct GenerateParams {
+  std::vector<std::int64_t> prompt_token_ids;  // non-empty, each >= 0
+  std::int64_t max_tokens = 16;                // >= 1 (vLLM's default for completions)
+  double temperature = 1.0;                    // >= 0, finite; 0 is greedy
+  double top_p = 1.0;                          // in (0, 1]
+  std::optional<std::uint64_t> seed;
+  std::vector<std::int64_t> stop_token_ids;
+  bool logprobs = false;  // vLLM's count of alternatives; hotswap returns the sampled token's
+
+  static GenerateParams from_json(const nlohmann::json& params);
+};
+
+// `pause {mode: abort|wait|keep, clear_cache}`.
+struct PauseParams {
+  std::string mode = "abort";
+  bool clear_cache = false;
+
+  static PauseParams from_json(const nlohmann::json& params);
+};
+
+// `get_world_size {include_dp}`.
+struct WorldSizeParams {
+  bool include_dp = true;
+
+  static WorldSizeParams from_json(const nlohmann::json& params);
+};
+
+// `weight_checker {action: checksum|compare|reset, format: runtime|checkpoint, baseline}`.
+struct WeightCheckerParams {
+  std::string action;
+  std::string format = "runtime";
+  std::map<std::string, std::string> baseline;  // for compare: name -> hex digest
+
+  static WeightCheckerParams from_json(const nlohmann::json& params);
+};
+
+// The bodies of the weight-transfer routes: what vLLM's routes reject with a 400 before any work
+// (and before counting the operation in /metrics).
+const nlohmann::json& init_info_of(const nlohmann::json& params);    // `init_info`: an object
+const nlohmann::json& update_info_of(const nlohmann::json& params);  // object or list of objects
+std::optional<std::string> weight_version_of(const nlohmann::json& params);  // finish's, optional
+std::string new_version_of(const nlohmann::json& params);  // update_weight_version's, required
+
+// Every method the worker answers, in the order the architecture page lists them.
+const std::vector<std::string_view>& method_names();
+
+// Validates `params` for `method` as the worker would before doing any work: MethodNotFound for a
+// method the worker does not have, ValueError for bad params. Backend payloads (init_info,
+// update_info) are checked only for their outer shape here; their engines parse the rest.
+void validate_params(std::string_view method, const nlohmann::json& params);
+
+}  // namespace hotswap::protocol
