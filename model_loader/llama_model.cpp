@@ -187,14 +187,9 @@ void LlamaModel::abort_reload() {
   reload_.reset();
 }
 
-void LlamaModel::apply_patches(const std::vector<WeightPatch>& patches) {
-  // Everything is checked before anything is written: a bad patch loses nothing.
-  struct Resolved {
-    const CheckpointSlot* slot;
-    at::Tensor runtime_indices;
-    at::Tensor values;
-  };
-  std::vector<Resolved> resolved;
+std::vector<LlamaModel::ResolvedPatch> LlamaModel::resolve_patches(
+    const std::vector<WeightPatch>& patches) const {
+  std::vector<ResolvedPatch> resolved;
   for (const auto& p : patches) {
     const CheckpointSlot* slot = mapping_.find(p.name);
     if (slot == nullptr) {
@@ -233,6 +228,16 @@ void LlamaModel::apply_patches(const std::vector<WeightPatch>& patches) {
     std::int64_t row = numel / slot->shape[0];
     resolved.push_back({slot, idx + slot->row_offset * row, p.values});
   }
+  return resolved;
+}
+
+void LlamaModel::check_patches(const std::vector<WeightPatch>& patches) const {
+  resolve_patches(patches);
+}
+
+void LlamaModel::apply_patches(const std::vector<WeightPatch>& patches) {
+  // Everything is checked before anything is written: a bad patch loses nothing.
+  const auto resolved = resolve_patches(patches);
   std::lock_guard reload(reload_mutex_);
   if (reload_) throw protocol::RuntimeError("cannot apply sparse patches during a weight reload");
   std::unique_lock lock(store_.mutex());  // between two generation steps

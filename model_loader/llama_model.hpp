@@ -60,6 +60,7 @@ class LlamaModel final : public LoadableModel {
   void finish_reload() override;
   void abort_reload() override;
   void apply_patches(const std::vector<WeightPatch>& patches) override;
+  void check_patches(const std::vector<WeightPatch>& patches) const override;
   // Staged sessions receive in place: the shadow rows of the tensor (see LayerwiseReload).
   std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
                                             c10::IntArrayRef shape) override;
@@ -90,6 +91,14 @@ class LlamaModel final : public LoadableModel {
   std::map<std::string, std::string> checkpoint_checksums() const;
 
  private:
+  // A sparse patch checked and mapped onto its runtime parameter's flat positions.
+  struct ResolvedPatch {
+    const CheckpointSlot* slot;
+    at::Tensor runtime_indices;
+    at::Tensor values;
+  };
+  std::vector<ResolvedPatch> resolve_patches(const std::vector<WeightPatch>& patches) const;
+
   at::Tensor linear(const at::Tensor& x, std::size_t param) const;
   at::Tensor rms_norm(const at::Tensor& x, std::size_t param) const;
   // cos and sin of the rotary angles at `positions`, [N, 1, head_dim] in the compute dtype.

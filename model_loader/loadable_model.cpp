@@ -11,6 +11,10 @@ void LoadableModel::apply_patches(const std::vector<WeightPatch>&) {
   throw protocol::RuntimeError("this model does not take sparse weight patches");
 }
 
+void LoadableModel::check_patches(const std::vector<WeightPatch>&) const {
+  throw protocol::RuntimeError("this model does not take sparse weight patches");
+}
+
 std::optional<at::Tensor> LoadableModel::destination_for(const std::string&, c10::ScalarType,
                                                          c10::IntArrayRef) {
   return std::nullopt;

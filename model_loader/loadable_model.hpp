@@ -52,6 +52,9 @@ class LoadableModel {
   // floating values without NaN, indices in range and unique) before any is applied.
   // The default refuses: a model must say how its runtime storage takes patches.
   virtual void apply_patches(const std::vector<WeightPatch>& patches);
+  // The checks of apply_patches alone, writing nothing: a receiver that commits patches later
+  // (at finish) refuses a bad one when it arrives. The default refuses as apply_patches does.
+  virtual void check_patches(const std::vector<WeightPatch>& patches) const;
 
   virtual c10::Device device() const = 0;
 };

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <utility>
+
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
@@ -64,7 +66,14 @@ void SparseBroadcastWeightTransferEngine::receive_weights(
     }
     throw;
   }
-  model().apply_patches(patches);
+  model().check_patches(patches);  // a bad patch is refused now, though applied only at finish
+  pending_.insert(pending_.end(), std::make_move_iterator(patches.begin()),
+                  std::make_move_iterator(patches.end()));
+}
+
+void SparseBroadcastWeightTransferEngine::finish_weight_update() {
+  auto patches = std::exchange(pending_, {});
+  if (!patches.empty()) model().apply_patches(patches);
 }
 
 std::unique_ptr<WeightTransferEngine> make_sparse_gloo_engine(const EngineContext& context) {

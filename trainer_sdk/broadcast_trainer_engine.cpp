@@ -4,6 +4,7 @@
 
 #include "protocol/chunk_plan.hpp"
 #include "trainer_sdk/async_call.hpp"
+#include "trainer_sdk/round_hook.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -138,6 +139,7 @@ void BroadcastTrainerEngine::send_weights() {
   nlohmann::json update_info = nlohmann::json::object();
   protocol::write_param_lists(meta, update_info);
   client().start_weight_update();
+  reach(RoundPoint::kStarted);
   auto shared_client = client_shared();
   AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
   // A request the worker rejected before any collective must not leave us blocked in one.
@@ -151,6 +153,7 @@ void BroadcastTrainerEngine::send_weights() {
     throw;
   }
   update.wait(info_.timeout, "update_weights");
+  reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(round_version());
 }
 
@@ -160,6 +163,7 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
     for (std::size_t i = 0; i < meta.size(); ++i) {
       at::Tensor t = stream.next();
       communicator_->broadcast(t, 0, info_.timeout);
+      if (i == 0) reach(RoundPoint::kMidUpdate);
     }
     stream.finish();
     return;
@@ -177,6 +181,7 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
     for (const auto& slice : chunk.slices)
       pack_slice(send, slice, stream.next());
     communicator_->broadcast(send, 0, info_.timeout);
+    if (&chunk == &plan.front()) reach(RoundPoint::kMidUpdate);
   }
   stream.finish();
 }

@@ -6,6 +6,8 @@
 
 #include "model_loader/safetensors_writer.hpp"
 #include "protocol/errors.hpp"
+#include "trainer_sdk/async_call.hpp"
+#include "trainer_sdk/round_hook.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -26,7 +28,9 @@ std::unique_ptr<DiskTrainerEngine> DiskTrainerEngine::trainer_init(
   auto engine = std::make_unique<DiskTrainerEngine>(client, source, info);
   if (engine->is_sender()) {
     std::filesystem::create_directories(info.directory);
-    client->init_weight_transfer_engine(nlohmann::json::object());
+    AsyncCall handshake([client] { client->init_weight_transfer_engine(nlohmann::json::object()); });
+    reach(RoundPoint::kInit);
+    handshake.wait(info.timeout, "init_weight_transfer_engine");
   }
   return engine;
 }
@@ -43,7 +47,13 @@ void DiskTrainerEngine::send_weights() {
   std::filesystem::create_directories(dir);
   model_loader::save_safetensors((dir / "model.safetensors").string(), tensors);
   client().start_weight_update();
-  client().update_weights({{"path", dir.string()}});
+  reach(RoundPoint::kStarted);
+  auto shared_client = client_shared();
+  const nlohmann::json update_info = {{"path", dir.string()}};
+  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+  reach(RoundPoint::kMidUpdate);
+  update.wait(info_.timeout, "update_weights");
+  reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(round_version());
   if (!previous_.empty()) std::filesystem::remove_all(previous_);
   previous_ = dir;

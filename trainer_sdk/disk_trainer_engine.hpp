@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <chrono>
+
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
@@ -17,6 +19,7 @@ struct DiskTrainerInitInfo : TrainerInitInfoFor<DiskTrainerInitInfo> {
   DiskTrainerInitInfo(std::filesystem::path directory, int rank)
       : TrainerInitInfoFor(rank), directory(std::move(directory)) {}
   std::filesystem::path directory;  // shared with the workers; absolute
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // for each control call
 };
 
 class DiskTrainerEngine : public TrainerWeightTransferEngine {

@@ -2,6 +2,7 @@
 
 #include <zmq_addon.hpp>
 
+#include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 
@@ -43,7 +44,7 @@ std::string RpcClient::receive(std::chrono::milliseconds timeout, std::string_vi
     if (frames.empty()) continue;
     std::string body = frames.back().to_string();
     if (expected_id != nullptr) {
-      auto doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+      auto doc = protocol::parse_bounded_json(body).value;
       // A late reply to an earlier call that timed out: drop it and keep waiting.
       if (doc.is_object() && doc.contains("id") && doc["id"] != *expected_id) continue;
     }

@@ -3,6 +3,7 @@
 #include "protocol/base64.hpp"
 #include "protocol/errors.hpp"
 #include "trainer_sdk/async_call.hpp"
+#include "trainer_sdk/round_hook.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/nccl_unique_id.hpp"
 #ifdef HOTSWAP_WITH_CUDA
@@ -40,6 +41,7 @@ std::unique_ptr<transport::Communicator> open_group_as_sender(
                                          0, static_cast<int>(worker_init_info.world_size), timeout};
   nlohmann::json payload = worker_init_info.to_json();
   AsyncCall init([client, payload] { client->init_weight_transfer_engine(payload); });
+  reach(RoundPoint::kInit);
   std::unique_ptr<transport::Communicator> communicator;
   try {
     if (group.kind == SenderGroup::Kind::kGloo) {

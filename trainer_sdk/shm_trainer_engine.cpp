@@ -9,6 +9,7 @@
 #include "protocol/shm_info.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/round_hook.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -37,7 +38,10 @@ std::unique_ptr<ShmTrainerEngine> ShmTrainerEngine::trainer_init(
       names, static_cast<std::size_t>(info.packed_buffer_size_bytes), info.num_workers));
   protocol::ShmInitInfo init{names, info.packed_buffer_size_bytes, std::nullopt};
   if (info.arena) init.arena_name = info.arena->name();
-  client->init_weight_transfer_engine(init.to_json());
+  const nlohmann::json payload = init.to_json();
+  AsyncCall handshake([client, payload] { client->init_weight_transfer_engine(payload); });
+  reach(RoundPoint::kInit);
+  handshake.wait(info.timeout, "init_weight_transfer_engine");
   return engine;
 }
 
@@ -67,6 +71,7 @@ void ShmTrainerEngine::send_weights() {
   const nlohmann::json update_info = round.to_json();
 
   client().start_weight_update();
+  reach(RoundPoint::kStarted);
   auto shared_client = client_shared();
   AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
   update.rethrow_if_failed();
@@ -97,15 +102,18 @@ void ShmTrainerEngine::send_weights() {
       if (slice.size > 0) std::memcpy(out + slice.offset, t.data_ptr(), slice.size);
     }
     ring_->publish(sequence);
+    if (c == 0) reach(RoundPoint::kMidUpdate);
     // A worker that failed stops reading: surface its reason rather than wait for a timeout.
     update.rethrow_if_failed();
   }
+  if (plan.empty()) reach(RoundPoint::kMidUpdate);  // every tensor read in place
   while (stream.position() < meta.size())
     take();  // the arena tensors after the last buffered one
   stream.finish();
   next_sequence_ += plan.size();
   ring_->drain(info_.timeout);
   update.wait(info_.timeout, "update_weights");
+  reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(round_version());
 }
 

@@ -88,6 +88,11 @@ std::string WorkerService::describe() const {
 }
 
 json WorkerService::health() const {
+  std::string current_call;
+  {
+    std::lock_guard lock(stats_mutex_);
+    current_call = weight_call_;
+  }
   bool dirty = model_->is_dirty();
   auto version = controller_->weight_version();
   return {{"status", dirty ? "dirty" : "ok"},
@@ -97,6 +102,7 @@ json WorkerService::health() const {
           {"update_mode",
            options_.update_mode == model_loader::UpdateMode::kStaged ? "staged" : "inplace"},
           {"weight_update_active", controller_->session_active()},
+          {"weight_call", current_call.empty() ? json(nullptr) : json(current_call)},
           {"is_paused", scheduler_->is_paused()},
           {"weight_version", version ? json(*version) : json(nullptr)},
           {"data_parallel_rank", parallel_.data_parallel_rank}};
@@ -183,6 +189,18 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
         "another weight-transfer call is still running on this worker; "
         "the four calls of one worker run one at a time");
   }
+  // Named in health while it runs: an orchestrator (or a test) can see what the worker is in.
+  struct Running {
+    WorkerService& service;
+    Running(WorkerService& s, const std::string& method) : service(s) {
+      std::lock_guard guard(service.stats_mutex_);
+      service.weight_call_ = method;
+    }
+    ~Running() {
+      std::lock_guard guard(service.stats_mutex_);
+      service.weight_call_.clear();
+    }
+  } running(*this, method);
   const bool inplace = options_.update_mode == model_loader::UpdateMode::kInplace;
   auto release_hold_if_ended = [&] {
     if (update_hold_ && !controller_->session_active()) {

@@ -78,6 +78,7 @@ class WorkerService {
   std::atomic<bool> shutdown_requested_{false};
   mutable std::mutex stats_mutex_;
   std::map<std::string, OperationStats> stats_;
+  std::string weight_call_;  // the weight-transfer call running, for health; guarded as stats_
 };
 
 }  // namespace hotswap::worker

@@ -13,10 +13,12 @@
 #include <ATen/ops/randperm.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,8 @@
 #include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
 #include "trainer_sdk/ipc_trainer_engine.hpp"
+#include "trainer_sdk/round_hook.hpp"
+#include "trainer_sdk/rpc_client.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
@@ -51,6 +55,32 @@ std::vector<std::string> split(const std::string& list) {
 
 at::Generator generator(std::uint64_t seed, std::uint64_t round, std::size_t index) {
   return at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ull + round * 7919ull + index);
+}
+
+// --fault-at: stops this trainer at one point of its first round, deterministically. Where the
+// workers have a call in flight at that point (init, update), it first waits until the first
+// worker says so in `health`, so that the fault always lands inside that call.
+void install_fault(const std::string& at, const std::string& action, const std::string& worker) {
+  const auto point = *trainer_sdk::round_point_from_name(at);
+  auto fired = std::make_shared<bool>(false);
+  trainer_sdk::set_round_hook([=](trainer_sdk::RoundPoint reached) {
+    if (reached != point || *fired) return;
+    *fired = true;
+    const char* inside = point == trainer_sdk::RoundPoint::kInit ? "init_weight_transfer_engine"
+                         : point == trainer_sdk::RoundPoint::kMidUpdate ? "update_weights"
+                                                                        : nullptr;
+    if (inside != nullptr) {
+      trainer_sdk::RpcClient observer(worker, std::chrono::seconds(5));
+      // A quick call (a shm or disk init) may be over before it is seen: then it is done.
+      const auto deadline = Clock::now() + std::chrono::seconds(3);
+      while (Clock::now() < deadline && observer.call("health")["weight_call"] != inside) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    std::printf("hotswap-trainer: fault injection: %s at %s\n", action.c_str(), at.c_str());
+    std::fflush(stdout);
+    ::raise(action == "kill" ? SIGKILL : SIGSTOP);
+  });
 }
 
 }  // namespace
@@ -90,6 +120,18 @@ int main(int argc, char** argv) {
                  "gloo and nccl rendezvous port (default: a free one)");
   app.add_option("--disk-dir", disk_dir, "shared directory for the disk backend");
   app.add_option("--timeout", timeout_seconds, "seconds for every wait")->capture_default_str();
+  std::string fault_at, fault_action = "kill";
+  app.add_option("--fault-at", fault_at,
+                 "fault injection, for tests: stop at this point of the first round (init: the "
+                 "workers are inside init_weight_transfer_engine; start: after start_weight_update; "
+                 "update: part of the bytes sent, the workers inside update_weights; finish: "
+                 "before finish_weight_update)")
+      ->check(CLI::IsMember({"init", "start", "update", "finish"}));
+  app.add_option("--fault-action", fault_action,
+                 "with --fault-at: kill (SIGKILL this process) or stop (SIGSTOP it; SIGCONT "
+                 "resumes the round)")
+      ->check(CLI::IsMember({"kill", "stop"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -100,6 +142,7 @@ int main(int argc, char** argv) {
     }
     auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
     const int world_size = 1 + static_cast<int>(clients.size());
+    if (!fault_at.empty()) install_fault(fault_at, fault_action, split(workers).front());
     if (master_port == 0) master_port = transport::pick_free_port();
 
     // The source: the checkpoint's tensors, owned, so each round can step them.
@@ -171,6 +214,7 @@ int main(int argc, char** argv) {
         disk_dir = owned_disk_dir.string();
       }
       trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), rank);
+      info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else if (backend == "shm") {
       trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), rank);

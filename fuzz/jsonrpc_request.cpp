@@ -1,0 +1,114 @@
+// A control frame as the worker handles it: the JSON-RPC envelope, the method's params, every
+// backend's init_info / update_info parser, and the reply frame that echoes the request's id.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fuzz/fuzz_support.hpp"
+#include "protocol/bounded_json.hpp"
+#include "protocol/disk_info.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/ipc_info.hpp"
+#include "protocol/jsonrpc.hpp"
+#include "protocol/method_params.hpp"
+#include "protocol/nccl_info.hpp"
+#include "protocol/shm_info.hpp"
+#include "protocol/sparse_nccl_info.hpp"
+
+namespace {
+
+using namespace hotswap;
+using nlohmann::json;
+
+// Small enough that the fuzzer also reaches the "too large" refusal.
+constexpr std::size_t kMaxRequestBytes = 32u << 10;
+
+// Runs `parse`; an expected error must still make a reply.
+template <class Parse>
+void expect_parsed_or_refused(Parse&& parse) {
+  try {
+    parse();
+  } catch (const protocol::Error& e) {
+    fuzz::check_error_reply(e);
+  }
+}
+
+// The frame the worker sends back for `reply`: JSON, with the request's id spelled as sent.
+void check_reply(const json& reply, const json& id, const std::string& id_text) {
+  std::string frame;
+  try {
+    frame = protocol::reply_frame(reply, id_text);
+  } catch (const json::exception& e) {
+    std::fprintf(stderr, "the reply cannot be serialized: %s\n", e.what());
+    std::abort();
+  }
+  json parsed = json::parse(frame, nullptr, /*allow_exceptions=*/false);
+  HOTSWAP_FUZZ_CHECK(!parsed.is_discarded());
+  HOTSWAP_FUZZ_CHECK(parsed.is_object() && parsed.contains("id"));
+  HOTSWAP_FUZZ_CHECK(parsed["id"] == id);
+  if (id.is_number()) {
+    auto raw = protocol::top_level_member_text(frame, "id");
+    HOTSWAP_FUZZ_CHECK(raw.has_value() && *raw == id_text);
+  }
+}
+
+void parse_init_info(const json& info) {
+  expect_parsed_or_refused([&] { protocol::NcclInitInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::IpcInitInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::ShmInitInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::DiskInitInfo::from_json(info); });
+}
+
+void parse_update_info(const json& info) {
+  expect_parsed_or_refused([&] { protocol::NcclUpdateInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::SparseNcclUpdateInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::IpcUpdateInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::ShmUpdateInfo::from_json(info); });
+  expect_parsed_or_refused([&] { protocol::DiskUpdateInfo::from_json(info); });
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  protocol::RpcRequest request;
+  try {
+    request = protocol::parse_request(fuzz::as_text(data, size), kMaxRequestBytes);
+  } catch (const protocol::RpcRequestError& e) {
+    // The worker answers a refused frame too, with whatever id it could read.
+    check_reply(protocol::make_error(e.id(), e), e.id(), e.id_text());
+    return 0;
+  }
+  HOTSWAP_FUZZ_CHECK(request.params.is_object());
+  // Deeper frames are refused before anything recursive (copying, printing) touches them.
+  HOTSWAP_FUZZ_CHECK(fuzz::json_depth(request.params) < protocol::kMaxJsonDepth);
+
+  // The typed params, whatever the method: each parser must refuse foreign params cleanly.
+  expect_parsed_or_refused([&] { protocol::GenerateParams::from_json(request.params); });
+  expect_parsed_or_refused([&] { protocol::PauseParams::from_json(request.params); });
+  expect_parsed_or_refused([&] { protocol::WorldSizeParams::from_json(request.params); });
+  expect_parsed_or_refused([&] { protocol::WeightCheckerParams::from_json(request.params); });
+
+  try {
+    protocol::validate_params(request.method, request.params);
+    if (request.method == "init_weight_transfer_engine") {
+      parse_init_info(protocol::init_info_of(request.params));
+    } else if (request.method == "update_weights") {
+      const json& info = protocol::update_info_of(request.params);
+      if (info.is_array()) {
+        for (const json& rank_info : info)
+          parse_update_info(rank_info);
+      } else {
+        parse_update_info(info);
+      }
+    }
+  } catch (const protocol::Error& e) {
+    check_reply(protocol::make_error(request.id, e), request.id, request.id_text);
+    return 0;
+  }
+  check_reply(protocol::make_result(request.id, request.params), request.id, request.id_text);
+  return 0;
+}
