@@ -53,10 +53,8 @@ std::int64_t positive_int(const json& config, const char* key, std::optional<std
                 protocol::describe_json(*it));
   }
   if (it->get<std::int64_t>() > max) {
-    unsupported(std::string("`") + key + "` is " + protocol::describe_json(*it) +
-                ", beyond any model hotswap can "
-                "serve (at most " +
-                std::to_string(max) + ")");
+    unsupported(std::string("`") + key + "` is " + std::to_string(it->get<std::int64_t>()) +
+                ", beyond any model hotswap can serve (at most " + std::to_string(max) + ")");
   }
   return it->get<std::int64_t>();
 }

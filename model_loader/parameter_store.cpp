@@ -3,14 +3,47 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 
+#include <unistd.h>
+
 #include <utility>
 
+#include "protocol/errors.hpp"
+
 namespace hotswap::model_loader {
+
+namespace {
+
+// Refuses a model that cannot fit before libtorch is asked to allocate it: a config.json with a
+// typo in it (a vocabulary of 2^33) is an error that says so, not an allocator backtrace.
+void check_fits_in_memory(const std::vector<RuntimeParam>& params, std::size_t item_size,
+                          const c10::Device& device) {
+  long double bytes = 0;
+  for (const auto& p : params) {
+    long double n = item_size;
+    for (auto d : p.shape)
+      n *= static_cast<long double>(d);
+    bytes += n;
+  }
+  if (!device.is_cpu()) return;  // a GPU's memory is its allocator's to judge
+  const long double memory = static_cast<long double>(::sysconf(_SC_PHYS_PAGES)) *
+                             static_cast<long double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory) {
+    throw protocol::ValueError(
+        "config.json describes a model whose weights take " +
+        std::to_string(static_cast<long long>(bytes / 1e9)) + " GB, but this machine has " +
+        std::to_string(static_cast<long long>(memory / 1e9)) +
+        " GB of memory; check its sizes (hidden_size, intermediate_size, vocab_size, "
+        "num_hidden_layers)");
+  }
+}
+
+}  // namespace
 
 ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dtype,
                                c10::Device device, bool quantize_int8)
     : mapping_(mapping), dtype_(dtype), device_(device), quantize_int8_(quantize_int8) {
   const auto& params = mapping_.runtime_params();
+  check_fits_in_memory(params, quantize_int8_ ? 1 : c10::elementSize(dtype_), device_);
   tensors_.resize(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     auto options = at::TensorOptions().device(device_);

@@ -28,9 +28,11 @@ DiskUpdateInfo DiskUpdateInfo::from_json(const nlohmann::json& object) {
   if (!fs::is_directory(path, ec)) {
     throw ValueError("Shared-disk checkpoint path must be a local directory: " + info.path);
   }
+  // A glob, as vLLM's check is: an entry that is no regular file (a FIFO) is refused by name
+  // when the checkpoint is opened, rather than passed over here.
   bool has_safetensors = false;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().extension() == ".safetensors" && it->is_regular_file(ec)) {
+    if (it->path().extension() == ".safetensors") {
       has_safetensors = true;
       break;
     }

@@ -65,7 +65,7 @@ for target in "${targets[@]}"; do
   echo "$line"
   summaries+=("$line")
   if [[ $status -ne 0 || ${#artifacts[@]} -gt 0 ]]; then
-    grep -E '^SUMMARY|ERROR: libFuzzer|fuzz invariant broken| threw: |cannot be serialized' \
+    grep -aE '^SUMMARY|ERROR: libFuzzer|fuzz invariant broken| threw: |cannot be serialized' \
       "$run/fuzz.log" | head -n 3 | sed 's/^/  /' || true
     for found in "${artifacts[@]}"; do echo "  input: $found"; done
     echo "  log: $run/fuzz.log (exit status $status)"

@@ -11,8 +11,9 @@
 namespace hotswap::transport {
 namespace {
 
-// The jump target of the guarded access running on this thread, if any.
-thread_local sigjmp_buf* t_guard = nullptr;
+// The jump target of the guarded access running on this thread, if any. Volatile: to the
+// compiler the access in between (a memcpy) cannot read it, and it would drop the store.
+thread_local sigjmp_buf* volatile t_guard = nullptr;
 struct sigaction g_previous {};
 
 void on_sigbus(int, siginfo_t*, void*) {
@@ -47,7 +48,9 @@ bool run_guarded(Access access) noexcept {
     return false;
   }
   t_guard = &guard;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   access();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = outer;
   return true;
 }

@@ -104,6 +104,7 @@ json WorkerService::health() const {
           {"weight_update_active", controller_->session_active()},
           {"weight_call", current_call.empty() ? json(nullptr) : json(current_call)},
           {"is_paused", scheduler_->is_paused()},
+          {"requests_in_flight", scheduler_->in_flight()},
           {"weight_version", version ? json(*version) : json(nullptr)},
           {"data_parallel_rank", parallel_.data_parallel_rank}};
 }

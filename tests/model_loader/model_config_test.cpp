@@ -2,6 +2,12 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <sys/stat.h>
+
+#include <future>
+#include <limits>
+
+#include "model_loader/llama_model.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 
@@ -101,6 +107,68 @@ BOOST_AUTO_TEST_CASE(unsupported_architectures_and_values_are_named) {
   c = base("LlamaForCausalLM");
   c["mlp_bias"] = true;
   HOTSWAP_CHECK_THROW_MSG(ModelConfig::from_json(c), protocol::ValueError, "mlp_bias=true");
+}
+
+BOOST_AUTO_TEST_CASE(non_positive_non_finite_and_absurd_values_are_refused_by_name) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"rope_theta", -1, "`rope_theta` must be a positive finite number"},
+      {"rope_theta", 0, "`rope_theta` must be a positive finite number"},
+      {"rope_theta", std::numeric_limits<double>::infinity(),
+       "`rope_theta` must be a positive finite number"},
+      {"rope_theta", "10000", "`rope_theta` must be a positive finite number"},
+      {"rms_norm_eps", 0.0, "`rms_norm_eps` must be a positive finite number"},
+      {"hidden_size", 0, "`hidden_size` must be a positive integer"},
+      {"hidden_size", -64, "`hidden_size` must be a positive integer"},
+      {"hidden_size", 64.5, "`hidden_size` must be a positive integer"},
+      {"vocab_size", 1ll << 40,
+       "`vocab_size` is 1099511627776, beyond any model hotswap can serve"},
+      {"num_hidden_layers", 1000000000, "`num_hidden_layers` is 1000000000, beyond any model"},
+      {"max_position_embeddings", 1ull << 63, "`max_position_embeddings` must be a positive"},
+      {"hidden_act", 5, "`hidden_act` must be a string"},
+  };
+  for (const auto& c : cases) {
+    json config = base("LlamaForCausalLM");
+    config[c.key] = c.value;
+    HOTSWAP_CHECK_THROW_MSG(ModelConfig::from_json(config), protocol::ValueError, c.needle);
+  }
+  json rope = base("LlamaForCausalLM");
+  rope["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 0}};
+  HOTSWAP_CHECK_THROW_MSG(ModelConfig::from_json(rope), protocol::ValueError,
+                          "`factor` must be a positive finite number");
+  rope["rope_scaling"] = {{"rope_type", 3}};
+  HOTSWAP_CHECK_THROW_MSG(ModelConfig::from_json(rope), protocol::ValueError,
+                          "`rope_scaling.rope_type` must be a string");
+}
+
+BOOST_AUTO_TEST_CASE(a_model_too_large_for_the_machine_is_refused_before_allocating) {
+  json config = base("LlamaForCausalLM");
+  config["vocab_size"] = 16000000;
+  config["hidden_size"] = 65536;
+  config["num_attention_heads"] = 64;
+  config["num_key_value_heads"] = 64;
+  HOTSWAP_CHECK_THROW_MSG(model_loader::LlamaModel(ModelConfig::from_json(config), {}),
+                          protocol::ValueError, "GB of memory; check its sizes");
+}
+
+BOOST_AUTO_TEST_CASE(config_json_must_be_a_regular_file) {
+  testing::TempDir dir;
+  BOOST_REQUIRE(::mkfifo((dir.path / "config.json").c_str(), 0600) == 0);
+  auto load = std::async(std::launch::async, [&] {
+    try {
+      ModelConfig::load(dir.path);
+    } catch (const protocol::ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  });
+  BOOST_REQUIRE_MESSAGE(load.wait_for(std::chrono::seconds(10)) == std::future_status::ready,
+                        "reading a FIFO must not block");
+  BOOST_TEST(load.get().find("is a FIFO; hotswap reads only regular files") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(to_json_round_trips) {

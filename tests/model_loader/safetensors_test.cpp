@@ -1,5 +1,9 @@
 #include <boost/test/unit_test.hpp>
 
+#include <sys/stat.h>
+
+#include <future>
+
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
@@ -216,6 +220,43 @@ BOOST_AUTO_TEST_CASE(sharded_checkpoint_reads_through_its_index) {
   HOTSWAP_CHECK_THROW_MSG(model_loader::Checkpoint::open(dir.path), protocol::ValueError,
                           "lists tensor 'b' in model-00001-of-00002.safetensors, which does not "
                           "hold it");
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_shard_says_which_and_why) {
+  testing::TempDir dir;
+  model_loader::save_safetensors((dir.path / "a.safetensors").string(), {{"a", at::arange(2)}});
+  json index = {{"weight_map", {{"a", "a.safetensors"}, {"b", "b.safetensors"}}}};
+  std::ofstream(dir.path / "model.safetensors.index.json") << index.dump();
+  HOTSWAP_CHECK_THROW_MSG(
+      model_loader::Checkpoint::open(dir.path), protocol::ValueError,
+      "cannot open shard " + (dir.path / "b.safetensors").string() + ": No such file or directory");
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_that_is_not_a_regular_file_is_refused_at_once) {
+  // A FIFO would block the open forever; a directory named like a shard is no shard either.
+  for (bool indexed : {true, false}) {
+    testing::TempDir dir;
+    BOOST_REQUIRE(::mkfifo((dir.path / "model-00001.safetensors").c_str(), 0600) == 0);
+    if (indexed) {
+      json index = {{"weight_map", {{"a", "model-00001.safetensors"}}}};
+      std::ofstream(dir.path / "model.safetensors.index.json") << index.dump();
+    }
+    auto open = std::async(std::launch::async, [&] {
+      try {
+        model_loader::Checkpoint::open(dir.path);
+      } catch (const protocol::ValueError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    });
+    BOOST_REQUIRE_MESSAGE(open.wait_for(std::chrono::seconds(10)) == std::future_status::ready,
+                          "opening a FIFO shard must not block");
+    BOOST_TEST(open.get().find("is a FIFO; hotswap reads only regular files") != std::string::npos);
+  }
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir.path / "x.safetensors");
+  HOTSWAP_CHECK_THROW_MSG(model_loader::Checkpoint::open(dir.path), protocol::ValueError,
+                          "is a directory; hotswap reads only regular files");
 }
 
 BOOST_AUTO_TEST_CASE(a_tensor_in_two_files_or_no_files_at_all_is_an_error) {

@@ -53,6 +53,30 @@ BOOST_AUTO_TEST_CASE(only_authorized_client_keys_are_answered) {
   BOOST_TEST(trusted.call("health")["status"] == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(curve_without_authorized_keys_needs_an_explicit_yes) {
+  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kLlama), 1450);
+  testing::TempDir keys;
+  KeyPair server, anyone;
+  std::ofstream(keys.path / "server.key") << server.secret_key;
+  // Refused at start: it would accept every client key, silently.
+  worker::ChildProcess refused(HOTSWAP_WORKER_BINARY,
+                               {"--model", ckpt.dir.path.string(), "--control", "tcp://127.0.0.1:*",
+                                "--curve-secret-key-file", (keys.path / "server.key").string()});
+  auto status = refused.wait_exit(30s);
+  while (refused.read_output(0ms)) {
+  }
+  BOOST_TEST(status.value_or(0) != 0);
+  BOOST_TEST(refused.output().find("--curve-allow-any-client") != std::string::npos,
+             refused.output());
+  // Said explicitly: encrypted, any client key.
+  testing::WorkerProcess worker({"--model", ckpt.dir.path.string(), "--curve-secret-key-file",
+                                 (keys.path / "server.key").string(), "--curve-allow-any-client"});
+  trainer_sdk::RpcClient client(
+      worker.endpoint(), 10s,
+      trainer_sdk::CurveKeys{server.public_key, anyone.public_key, anyone.secret_key});
+  BOOST_TEST(client.call("health")["status"] == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(binding_beyond_loopback_without_curve_warns) {
   testing::CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kLlama), 1500);
   testing::WorkerProcess worker(

@@ -1,0 +1,154 @@
+// Shared memory a worker may be handed by anyone: the segment header and its checks, the guarded
+// copy that turns a truncated mapping's SIGBUS into an error, and telling a gone creator apart.
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "protocol/errors.hpp"
+#include "test_support.hpp"
+#include "transport/exception_text.hpp"
+#include "transport/guarded_copy.hpp"
+#include "transport/posix_check.hpp"
+#include "transport/process_watch.hpp"
+#include "transport/shm_ring.hpp"
+#include "transport/shm_segment.hpp"
+
+using namespace hotswap;
+using transport::ShmKind;
+using transport::ShmSegment;
+
+namespace {
+
+std::string unique_name(const std::string& what) {
+  return "/hotswap-" + std::to_string(::getpid()) + "-test-" + what;
+}
+
+bool exists(const std::string& name) {
+  return std::filesystem::exists("/dev/shm" + name);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(shared_memory)
+
+BOOST_AUTO_TEST_CASE(a_copy_from_a_truncated_mapping_fails_instead_of_crashing) {
+  auto segment = ShmSegment::create(unique_name("truncated"), ShmKind::kWeightArena, 1 << 20);
+  std::memset(segment.payload(), 7, segment.payload_size());
+  std::vector<std::uint8_t> out(segment.payload_size());
+  BOOST_TEST(transport::guarded_copy(out.data(), segment.payload(), out.size()));
+  BOOST_TEST(out[12345] == 7);
+  int fd = ::shm_open(segment.name().c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(::ftruncate(fd, 0) == 0);  // what a buggy trainer does
+  ::close(fd);
+  BOOST_TEST(!transport::guarded_copy(out.data(), segment.payload(), out.size()));
+  BOOST_TEST(!transport::guarded_parallel_copy(out.data(), segment.payload(), out.size()));
+  std::uint64_t value = 0;
+  auto* counter = reinterpret_cast<std::atomic<std::uint64_t>*>(segment.payload());
+  BOOST_TEST(!transport::guarded_load(*counter, value));
+  BOOST_TEST(!transport::guarded_add(*counter, 1));
+  HOTSWAP_CHECK_THROW_MSG(segment.check_intact(), protocol::TransferError,
+                          "shrank from 1048640 to 0 bytes after the handshake");
+  // Still fine afterwards: the guard is per call.
+  std::vector<std::uint8_t> a(64, 1), b(64, 0);
+  BOOST_TEST(transport::guarded_copy(b.data(), a.data(), a.size()));
+  BOOST_TEST(b[63] == 1);
+}
+
+BOOST_AUTO_TEST_CASE(only_segments_with_a_matching_hotswap_header_open) {
+  auto ring = transport::ShmRing::create({unique_name("ring-0")}, 4096, 1);
+  auto opened = transport::ShmRing::open({unique_name("ring-0")});
+  BOOST_TEST(opened.buffer_bytes() == 4096u);
+  BOOST_TEST(opened.creator().pid == ::getpid());
+  HOTSWAP_CHECK_THROW_MSG(
+      ShmSegment::open(unique_name("ring-0"), ShmKind::kWeightArena, ShmSegment::Access::kReadOnly),
+      protocol::ValueError, "is a ring buffer, not a weight arena");
+  HOTSWAP_CHECK_THROW_MSG(
+      ShmSegment::open("/other-program", ShmKind::kRingBuffer, ShmSegment::Access::kReadOnly),
+      protocol::ValueError, "is not a hotswap shared-memory segment name");
+  HOTSWAP_CHECK_THROW_MSG(
+      ShmSegment::open(unique_name("absent"), ShmKind::kRingBuffer, ShmSegment::Access::kReadOnly),
+      protocol::ValueError, "cannot be opened: No such file or directory");
+  // Under hotswap's prefix but not hotswap's: no header, or resized after it was made.
+  const std::string plain = unique_name("plain");
+  int fd = ::shm_open(plain.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(::ftruncate(fd, 4096) == 0);
+  ::close(fd);
+  HOTSWAP_CHECK_THROW_MSG(
+      ShmSegment::open(plain, ShmKind::kRingBuffer, ShmSegment::Access::kReadOnly),
+      protocol::ValueError, "has no hotswap header");
+  BOOST_TEST(!ShmSegment::unlink_if_orphaned(plain));  // never removes what it did not verify
+  BOOST_TEST(exists(plain));
+  ::shm_unlink(plain.c_str());
+  auto grown = ShmSegment::create(unique_name("grown"), ShmKind::kWeightArena, 64);
+  fd = ::shm_open(grown.name().c_str(), O_RDWR, 0);
+  BOOST_REQUIRE(::ftruncate(fd, 1 << 16) == 0);
+  ::close(fd);
+  HOTSWAP_CHECK_THROW_MSG(
+      ShmSegment::open(grown.name(), ShmKind::kWeightArena, ShmSegment::Access::kReadOnly),
+      protocol::ValueError, "it was resized after it was made");
+}
+
+BOOST_AUTO_TEST_CASE(orphans_are_segments_whose_creator_is_gone_zombies_included) {
+  const std::string name = unique_name("orphan");
+  pid_t child = ::fork();
+  if (child == 0) {
+    new ShmSegment(ShmSegment::create(name, ShmKind::kWeightArena, 64));
+    ::_exit(0);  // no destructor: the segment stays, as after a SIGKILL
+  }
+  // Not reaped yet: a zombie, which kill(pid, 0) would still call alive.
+  while (!exists(name))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  BOOST_TEST(!transport::ProcessIdentity::of(child).alive());
+  auto live = ShmSegment::create(unique_name("alive"), ShmKind::kWeightArena, 64);
+  auto removed = ShmSegment::remove_orphans();
+  BOOST_TEST((std::find(removed.begin(), removed.end(), name) != removed.end()));
+  BOOST_TEST(!exists(name));
+  BOOST_TEST(exists(live.name()));
+  ::waitpid(child, nullptr, 0);
+  BOOST_TEST(transport::ProcessIdentity::self().alive());
+  // A reused pid is told apart by its start time.
+  auto me = transport::ProcessIdentity::self();
+  me.start_time += 1;
+  BOOST_TEST(!me.alive());
+}
+
+BOOST_AUTO_TEST_CASE(a_process_watch_fires_when_its_process_exits) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  std::atomic<bool> fired{false};
+  {
+    transport::ProcessWatch watch(transport::ProcessIdentity::of(child), [&] { fired = true; });
+    BOOST_TEST(!watch.exited());
+    ::kill(child, SIGKILL);
+    for (int i = 0; i < 300 && !fired; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    BOOST_TEST(fired.load());
+    BOOST_TEST(watch.exited());
+  }
+  ::waitpid(child, nullptr, 0);
+}
+
+BOOST_AUTO_TEST_CASE(posix_errors_name_the_action_the_path_and_errno) {
+  try {
+    transport::throw_posix_error(ENOENT, "open", "/models/x/model-00002.safetensors");
+    BOOST_FAIL("expected a throw");
+  } catch (const transport::PosixError& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               "cannot open /models/x/model-00002.safetensors: No such file or directory");
+    BOOST_TEST(e.error() == ENOENT);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
