@@ -5,6 +5,8 @@
 // loopback. Also the worker's peak RSS during a staged update, against model + shadow + buffers.
 // The sync figure is a second round: the steady state of a training run.
 // Prints a table and one JSON line per measurement.
+//
+// `hotswap-bench --soak N [shm|gloo|sparse_gloo|disk ...]` runs the soak instead (bench/soak.cpp).
 #include <unistd.h>
 
 #include <ATen/ops/empty.h>
@@ -85,6 +87,11 @@ double raw_gloo_seconds(std::size_t bytes) {
 
 int run(int argc, char** argv);
 
+namespace hotswap::bench {
+// bench/soak.cpp: `hotswap-bench --soak N [backend ...]`.
+int run_soak(int rounds, const std::vector<std::string>& backends);
+}  // namespace hotswap::bench
+
 // Errors unwind (stopping the worker processes and freeing shared memory) before the exit.
 int main(int argc, char** argv) {
   try {
@@ -96,6 +103,11 @@ int main(int argc, char** argv) {
 }
 
 int run(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--soak") {
+    std::vector<std::string> backends(argv + 3, argv + argc);
+    if (backends.empty()) backends = {"shm", "gloo", "sparse_gloo", "disk"};
+    return bench::run_soak(std::stoi(argv[2]), backends);
+  }
   bool large = argc > 1 && std::string(argv[1]) == "--large";
   const std::string worker_binary = bench::worker_binary();
   fs::path work = fs::temp_directory_path() / ("hotswap-sync-bench-" + std::to_string(::getpid()));

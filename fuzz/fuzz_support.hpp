@@ -21,6 +21,21 @@ inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
 
+// `text` with every byte outside printable ASCII written as \xNN, for stderr.
+inline std::string printable(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 [[noreturn]] inline void invariant_broken(const char* condition, const char* file, int line) {
   std::fprintf(stderr, "%s:%d: fuzz invariant broken: %s\n", file, line, condition);
   std::abort();
@@ -32,7 +47,7 @@ auto must_succeed(const char* what, Step&& step) -> decltype(step()) {
   try {
     return step();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s threw: %s\n", what, e.what());
+    std::fprintf(stderr, "%s threw: %s\n", what, printable(e.what()).c_str());
     std::abort();
   }
 }
@@ -62,11 +77,11 @@ inline void check_error_reply(const protocol::Error& error) {
     frame = protocol::reply_frame(protocol::make_error(nullptr, error), "null");
   } catch (const nlohmann::json::exception& e) {
     std::fprintf(stderr, "the error reply cannot be serialized (%s); the message was: %s\n",
-                 e.what(), error.what());
+                 e.what(), printable(error.what()).c_str());
     std::abort();
   }
   if (!is_json(frame)) {
-    std::fprintf(stderr, "the error reply is not JSON: %s\n", frame.c_str());
+    std::fprintf(stderr, "the error reply is not JSON: %s\n", printable(frame).c_str());
     std::abort();
   }
 }

@@ -43,7 +43,10 @@ void check_reply(const json& reply, const json& id, const std::string& id_text) 
   try {
     frame = protocol::reply_frame(reply, id_text);
   } catch (const json::exception& e) {
-    std::fprintf(stderr, "the reply cannot be serialized: %s\n", e.what());
+    const std::string shown =
+        reply.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 400);
+    std::fprintf(stderr, "the reply cannot be serialized (%s); the reply: %s\n", e.what(),
+                 fuzz::printable(shown).c_str());
     std::abort();
   }
   json parsed = json::parse(frame, nullptr, /*allow_exceptions=*/false);

@@ -102,7 +102,9 @@ SafetensorsHeader SafetensorsHeader::parse(std::span<const std::uint8_t> file,
       }
       continue;
     }
-    auto bad = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
+    // A named copy: capturing a structured binding needs clang 16, and the fuzzers use 14.
+    const std::string& tensor = name;
+    auto bad = [&](const std::string& what) { return fail("tensor '" + tensor + "': " + what); };
     if (!entry.is_object()) throw bad("its entry is not an object");
     for (const auto& [key, value] : entry.items()) {
       if (key != "dtype" && key != "shape" && key != "data_offsets") {

@@ -122,6 +122,14 @@ BoundedJson parse_bounded_json(std::string_view text, const JsonBounds& bounds) 
                                               " bytes, over the limit of " +
                                               std::to_string(bounds.max_bytes));
   }
+  // Python's json refuses both; nlohmann would skip a byte-order mark (where the depth scan
+  // does not) and stop at a NUL (ignoring whatever follows).
+  if (text.starts_with("\xEF\xBB\xBF")) {
+    return refuse(JsonRefusal::kInvalid, "is not valid JSON (it starts with a byte-order mark)");
+  }
+  if (text.find('\0') != std::string_view::npos) {
+    return refuse(JsonRefusal::kInvalid, "is not valid JSON (it contains a NUL byte)");
+  }
   if (scan_json(text, bounds.max_depth).too_deep) {
     return refuse(JsonRefusal::kTooDeep, "nests arrays and objects deeper than " +
                                              std::to_string(bounds.max_depth) + " levels");

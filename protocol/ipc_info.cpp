@@ -151,7 +151,9 @@ IpcUpdateInfo IpcUpdateInfo::from_json(const nlohmann::json& object) {
                        shape_to_string(info.params[i].shape) + ") has " + std::to_string(expected));
     }
     info.tensor_sizes.push_back(expected);
-    total += expected;
+    if (__builtin_add_overflow(total, expected, &total)) {
+      throw ValueError(prefix + "the chunk's `tensor_sizes` add up to more than 2^64 bytes");
+    }
   }
   for (const auto& [uuid, handle] : *info.packed_handle) {
     if (total > handle.size_bytes) {

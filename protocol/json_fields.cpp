@@ -27,8 +27,14 @@ std::string quote_list(const std::vector<std::string>& names) {
 
 std::string describe_json(const json& value) {
   constexpr std::size_t kMaxShown = 40;
-  std::string text = value.dump();
-  if (text.size() > kMaxShown) text = text.substr(0, kMaxShown) + "...";
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxShown) {
+    // Cut between two UTF-8 characters, never inside one: the message goes into JSON.
+    std::size_t cut = kMaxShown;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+      --cut;
+    text = text.substr(0, cut) + "...";
+  }
   switch (value.type()) {
     case json::value_t::null:
       return "null";

@@ -96,7 +96,9 @@ json make_error(const json& id, const std::exception& error) {
 std::string reply_frame(const json& reply, std::string_view id_text) {
   json rest = reply;
   rest.erase("id");
-  std::string body = rest.dump();  // "{...}"
+  // An error message may quote bytes that are not UTF-8 (a hostile payload's): replaced, so
+  // that every error can be sent back.
+  std::string body = rest.dump(-1, ' ', false, json::error_handler_t::replace);  // "{...}"
   std::string out = "{\"id\":";
   out += id_text;
   out += body.size() > 2 ? "," + body.substr(1) : std::string("}");

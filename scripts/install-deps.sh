@@ -11,6 +11,7 @@ packages=(
   libboost-test-dev libbenchmark-dev
   libssl-dev libcli11-dev libcpp-httplib-dev python3-zmq
   python3-torch  # hosts a TCPStore the way vLLM's trainer does, for the rendezvous interop test
+  clang libclang-rt-14-dev  # libFuzzer, for scripts/fuzz.sh
 )
 
 missing=()

@@ -21,12 +21,27 @@ struct Value {
   std::vector<Value> items;  // a tuple's items; a reduce's [callable, args]
 };
 
+// Text from the pickle as a message may quote it: printable ASCII as is, every other byte as
+// \xNN, so that an error about a hostile pickle is itself valid UTF-8 (it goes into JSON).
+std::string printable(const std::string& text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  return out;
+}
+
 std::string describe(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kMark:
       return "a mark";
     case Value::Kind::kString:
-      return "the string '" + v.text + "'";
+      return "the string '" + printable(v.text) + "'";
     case Value::Kind::kBytes:
       return std::to_string(v.text.size()) + " bytes";
     case Value::Kind::kDict:
@@ -34,7 +49,7 @@ std::string describe(const Value& v) {
     case Value::Kind::kTuple:
       return "a " + std::to_string(v.items.size()) + "-tuple";
     case Value::Kind::kGlobal:
-      return "the global " + v.text + "." + v.name;
+      return "the global " + printable(v.text) + "." + printable(v.name);
     case Value::Kind::kReduced:
       return "a call of " + describe(v.items[0]);
   }

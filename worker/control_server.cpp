@@ -335,7 +335,13 @@ void ControlServer::run(const EventFd& stop) {
         if (!zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
           break;
         }
-        handle(std::move(frames));
+        // Whatever one request does, the loop serves the next: an error that escapes the
+        // handling of a request (say, a reply that cannot be built) costs that request only.
+        try {
+          handle(std::move(frames));
+        } catch (const std::exception& e) {
+          std::cerr << "hotswap-worker: could not answer a request: " << e.what() << "\n";
+        }
       }
     }
   }

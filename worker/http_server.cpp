@@ -41,7 +41,8 @@ int http_status(const std::exception& e) {
 
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // Invalid UTF-8 quoted in an error message is replaced, never a failed reply.
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void reply_error(httplib::Response& res, int status, const std::string& message,

@@ -99,6 +99,15 @@ BOOST_AUTO_TEST_CASE(ipc_packed_chunk_needs_tensor_sizes_that_match) {
   payload["ipc_handles"] = {{"GPU-1", handle(20)}};
   HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(payload), ValueError,
                           "add up to 22 bytes but the buffer exported for GPU-1 holds 20");
+  // Found by fuzzing: four sizes of 2^62 wrapped the total to 0, under any buffer.
+  const std::int64_t huge = 1ll << 62;
+  payload = {{"names", {"a", "b", "c", "d"}},
+             {"dtype_names", {"int8", "int8", "int8", "int8"}},
+             {"shapes", {{huge}, {huge}, {huge}, {huge}}},
+             {"tensor_sizes", {huge, huge, huge, huge}},
+             {"ipc_handles", {{"GPU-1", handle(0)}}}};
+  HOTSWAP_CHECK_THROW_MSG(IpcUpdateInfo::from_json(payload), ValueError,
+                          "add up to more than 2^64 bytes");
 }
 
 BOOST_AUTO_TEST_CASE(ipc_validation_uses_vllms_messages) {

@@ -40,6 +40,30 @@ BOOST_AUTO_TEST_CASE(refusals_say_why_before_the_parser_runs) {
       parse_bounded_json(R"([{"a":1},{"a":2}])", JsonBounds{.refuse_duplicate_keys = true}).ok());
 }
 
+BOOST_AUTO_TEST_CASE(a_byte_order_mark_or_a_nul_cannot_hide_depth_or_trailing_bytes) {
+  // Found by fuzzing: the parser skipped a leading BOM that the depth scan did not.
+  const std::string bom = "\xEF\xBB\xBF";
+  auto deep = parse_bounded_json(bom + std::string(1000, '[') + std::string(1000, ']'));
+  BOOST_TEST((deep.refusal == JsonRefusal::kInvalid));
+  BOOST_TEST(deep.reason.find("byte-order mark") != std::string::npos);
+  auto nul = parse_bounded_json(std::string("{}\0 trailing", 12));
+  BOOST_TEST((nul.refusal == JsonRefusal::kInvalid));
+}
+
+BOOST_AUTO_TEST_CASE(every_error_can_be_sent_back_whatever_bytes_it_quotes) {
+  // Found by fuzzing: a description cut inside a UTF-8 character, and a message quoting bytes
+  // that are not UTF-8, made the reply impossible to serialize.
+  try {
+    parse_request(R"({"jsonrpc":"2.0","id":1,"method":"pause","params":")" + std::string(38, 'a') +
+                  "\xC3\xA9\xC3\xA9\"}");
+    BOOST_FAIL("expected a refusal");
+  } catch (const RpcRequestError& e) {
+    BOOST_TEST(!json::parse(reply_frame(make_error(e.id(), e), e.id_text())).is_discarded());
+  }
+  const std::string reply = reply_frame(make_error(1, ValueError("bad byte \xff here")), "1");
+  BOOST_TEST(!json::parse(reply).is_discarded());
+}
+
 BOOST_AUTO_TEST_CASE(a_top_level_member_is_found_as_written) {
   const std::string text = R"( {"jsonrpc":"2.0", "id" : 18446744073709551617 ,"x":{"id":1}} )";
   BOOST_TEST(*top_level_member_text(text, "id") == "18446744073709551617");

@@ -67,7 +67,9 @@ BOOST_AUTO_TEST_CASE(chunk_plans_and_packed_bytes_match_vllms_pack_tensors) {
         trainer_sdk::pack_slice(packed, s, tensors[s.param_index]);
       auto expected = from_hex(chunks[c]["bytes_hex"]);
       BOOST_REQUIRE_EQUAL(static_cast<std::size_t>(packed.numel()), expected.size());
-      BOOST_TEST(std::memcmp(packed.data_ptr(), expected.data(), expected.size()) == 0,
+      // (An empty chunk has no data pointer to compare: found by UBSan.)
+      BOOST_TEST((expected.empty() ||
+                  std::memcmp(packed.data_ptr(), expected.data(), expected.size()) == 0),
                  "buffer " << buffer << " chunk " << c);
     }
   }
