@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -37,18 +39,23 @@ struct Resources {
   int fds = 0;
   int threads = 0;
   int shm_segments = 0;
+  std::map<std::string, std::string> fd_targets;  // descriptor → what it is, to name growth
 };
 
 Resources read_resources(pid_t pid) {
+  // The trainer's client opens a connection per call: give the worker's I/O thread a moment to
+  // close the last one, so that the count is the steady state, not the churn.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   Resources r;
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(status, line);) {
     if (line.starts_with("VmRSS:")) r.rss_mb = std::stod(line.substr(6)) / 1024.0;
     if (line.starts_with("Threads:")) r.threads = std::stoi(line.substr(8));
   }
-  for ([[maybe_unused]] const auto& e :
-       fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
     ++r.fds;
+    std::error_code ec;
+    r.fd_targets[e.path().filename()] = fs::read_symlink(e.path(), ec).string();
   }
   for (const auto& e : fs::directory_iterator("/dev/shm")) {
     if (e.path().filename().string().starts_with("hotswap-")) ++r.shm_segments;
@@ -167,6 +174,12 @@ int run_soak(int rounds, const std::vector<std::string>& backends) {
     print(backend, rounds, last, &base);
     const bool within = last.rss_mb <= base.rss_mb * 1.01 && last.fds <= base.fds &&
                         last.threads <= base.threads && last.shm_segments <= base.shm_segments;
+    for (const auto& [fd, target] : last.fd_targets) {
+      if (!base.fd_targets.contains(fd) || base.fd_targets.at(fd) != target) {
+        std::printf("soak %-12s   descriptor %s -> %s is new since round 10\n", backend.c_str(),
+                    fd.c_str(), target.c_str());
+      }
+    }
     std::printf(
         "soak %-12s %d verified rounds: %s\n", backend.c_str(), rounds,
         within ? "within target (RSS +1 %, no fd, thread or segment growth)" : "OVER target");
