@@ -107,7 +107,8 @@ std::string reply_frame(const json& reply, std::string_view id_text) {
 
 json parse_response(std::string_view frame) {
   json doc = parse_bounded_json(frame).value;
-  if (doc.is_discarded() || !doc.is_object() || doc.value("jsonrpc", "") != "2.0") {
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("jsonrpc") ||
+      doc["jsonrpc"] != "2.0") {
     throw TransferError("malformed JSON-RPC reply: " + std::string(frame.substr(0, 200)));
   }
   if (auto result = doc.find("result"); result != doc.end()) return *result;
@@ -116,11 +117,16 @@ json parse_response(std::string_view frame) {
     throw TransferError("JSON-RPC reply has neither `result` nor `error`: " +
                         std::string(frame.substr(0, 200)));
   }
-  int code = error->value("code", kWrongStateCode);
-  std::string message = error->value("message", "");
-  std::string type;
+  // Read field by field: a reply is outside input too, and a wrong-typed field must not turn
+  // into a JSON library error.
+  int code = kWrongStateCode;
+  if (auto c = error->find("code"); c != error->end() && c->is_number_integer()) {
+    code = static_cast<int>(c->get<std::int64_t>());
+  }
+  std::string message, type;
+  if (auto m = error->find("message"); m != error->end() && m->is_string()) message = *m;
   if (auto data = error->find("data"); data != error->end() && data->is_object()) {
-    type = data->value("type", "");
+    if (auto t = data->find("type"); t != data->end() && t->is_string()) type = *t;
   }
   throw_error(error_kind_from_reply(code, type), message);
 }

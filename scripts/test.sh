@@ -19,9 +19,10 @@ fi
 
 if ((sanitize)); then
   build=${HOTSWAP_BUILD_DIR:-$root/build-sanitize}
-  # -O1: instrumented code compiles faster and still runs at a useful speed.
+  # -O1 -g1: instrumented code compiles faster and still runs at a useful speed; line tables
+  # are all a sanitizer report needs to name file and line.
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHOTSWAP_SANITIZE=ON -DHOTSWAP_WERROR=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DHOTSWAP_SANITIZE=ON -DHOTSWAP_WERROR=ON \
     -DHOTSWAP_BUILD_BENCH=OFF "$@"
   reports="$build/sanitizer-reports"
   rm -rf "$reports"

@@ -38,11 +38,11 @@ constexpr const char* kMonitorEndpoint = "inproc://hotswap-control-monitor";
 ControlServer::ControlServer(WorkerService& service, const WorkerOptions& options)
     : service_(service),
       max_request_bytes_(options.max_request_bytes),
-      max_queued_(options.max_queued_requests),
       debug_(options.log_level == "debug"),
       warn_(options.log_level != "error"),
       context_(1),
-      socket_(context_, zmq::socket_type::router) {
+      socket_(context_, zmq::socket_type::router),
+      pool_(kPoolThreads, options.max_queued_requests) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);  // a client that went away is not an error
   // Frames a little over the limit are read and answered -32600; ZeroMQ drops the connection
@@ -82,24 +82,10 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
                                  e.what());
   }
   endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
-  for (std::size_t i = 0; i < kPoolThreads; ++i) {
-    pool_.emplace_back([this] {
-      std::unique_lock guard(pool_mutex_);
-      while (true) {
-        pool_wake_.wait(guard, [&] { return pool_stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and nothing left to run
-        auto next = std::move(queue_.front());
-        queue_.pop_front();
-        guard.unlock();
-        next();
-        guard.lock();
-      }
-    });
-  }
 }
 
 ControlServer::~ControlServer() {
-  stop_pool();
+  pool_.stop();
   zmq_socket_monitor(socket_.handle(), nullptr, 0);
   zap_stop_ = true;
   if (zap_thread_.joinable()) zap_thread_.join();
@@ -256,41 +242,19 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     return;
   }
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
-  const bool queued = submit([this, request, envelope] {
+  std::function<void()> task = [this, request, envelope] {
     complete(Reply{std::move(*envelope), run_call(request)});
-  });
+  };
+  const bool queued = pool_.try_submit(task);
   if (!queued) {
     protocol::OverloadedError overloaded(
-        "the worker is overloaded: " + std::to_string(max_queued_) + " calls are already waiting " +
-        "for one of its " + std::to_string(kPoolThreads) +
+        "the worker is overloaded: " + std::to_string(pool_.max_queued()) +
+        " calls are already waiting " + "for one of its " + std::to_string(kPoolThreads) +
         " threads (--max-queued-requests); retry later");
     send(Reply{
         std::move(*envelope),
         protocol::reply_frame(protocol::make_error(request.id, overloaded), request.id_text)});
   }
-}
-
-bool ControlServer::submit(std::function<void()> task) {
-  {
-    std::lock_guard lock(pool_mutex_);
-    if (queue_.size() >= max_queued_) return false;
-    queue_.push_back(std::move(task));
-  }
-  pool_wake_.notify_one();
-  return true;
-}
-
-// Runs what is queued to completion, then joins every pooled thread.
-void ControlServer::stop_pool() {
-  {
-    std::lock_guard lock(pool_mutex_);
-    pool_stop_ = true;
-  }
-  pool_wake_.notify_all();
-  for (auto& t : pool_) {
-    if (t.joinable()) t.join();
-  }
-  pool_.clear();
 }
 
 void ControlServer::on_monitor_event() {
@@ -347,7 +311,7 @@ void ControlServer::run(const EventFd& stop) {
   }
   // Calls in progress finish and are answered; generate requests end as aborted; nothing new
   // is taken.
-  stop_pool();
+  pool_.stop();
   service_.stop_generation();
   flush();
 }

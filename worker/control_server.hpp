@@ -12,7 +12,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -24,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "protocol/jsonrpc.hpp"
+#include "worker/bounded_thread_pool.hpp"
 #include "worker/event_fd.hpp"
 #include "worker/worker_options.hpp"
 #include "worker/worker_service.hpp"
@@ -61,14 +61,8 @@ class ControlServer {
   void start_zap_handler(const std::string& authorized_keys_dir);
   std::string run_call(const protocol::RpcRequest& request);
 
-  // The pool: kPoolThreads threads started once (libtorch's per-thread set-up is paid once),
-  // at most max_queued_ tasks waiting.
-  bool submit(std::function<void()> task);
-  void stop_pool();
-
   WorkerService& service_;
   std::size_t max_request_bytes_;
-  std::size_t max_queued_;
   bool debug_;  // --log-level debug: one line per call
   bool warn_;   // every level but error: one line per failed call
   zmq::context_t context_;
@@ -82,11 +76,7 @@ class ControlServer {
   // client that disconnects cancels them. Touched by the socket thread only.
   std::multimap<int, std::uint64_t> tickets_by_connection_;
 
-  std::mutex pool_mutex_;
-  std::condition_variable pool_wake_;
-  std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> pool_;
-  bool pool_stop_ = false;
+  BoundedThreadPool pool_;  // the long calls'
   zmq::socket_t zap_;
   std::thread zap_thread_;
   std::atomic<bool> zap_stop_{false};

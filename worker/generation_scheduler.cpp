@@ -41,6 +41,10 @@ GenerationScheduler::~GenerationScheduler() {
   }
   wake_.notify_all();
   thread_.join();
+  abort_all();
+}
+
+void GenerationScheduler::abort_all() {
   for (auto& r : running_) {
     r.sequence->abort();
     finish(r);
@@ -49,6 +53,15 @@ GenerationScheduler::~GenerationScheduler() {
     r.sequence->abort();
     finish(r);
   }
+  running_.clear();
+  waiting_.clear();
+}
+
+void GenerationScheduler::wait_out_step(std::unique_lock<std::mutex>& lock) {
+  // The count keeps the loop from re-entering a step before this thread gets the lock.
+  ++interrupts_;
+  stepped_.wait(lock, [&] { return !stepping_; });
+  --interrupts_;
 }
 
 std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_point deadline,
@@ -222,23 +235,11 @@ void GenerationScheduler::loop() {
 
 void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  // Stop the loop after the step in progress: pausing never tears a step. (The count keeps
-  // the loop from re-entering a step before this thread gets the lock.)
-  ++interrupts_;
-  stepped_.wait(lock, [&] { return !stepping_; });
-  --interrupts_;
+  // Stop the loop after the step in progress: pausing never tears a step.
+  wait_out_step(lock);
   switch (mode) {
     case PauseMode::kAbort:  // queued requests count as in flight too
-      for (auto& r : running_) {
-        r.sequence->abort();
-        finish(r);
-      }
-      for (auto& r : waiting_) {
-        r.sequence->abort();
-        finish(r);
-      }
-      running_.clear();
-      waiting_.clear();
+      abort_all();
       paused_ = true;
       break;
     case PauseMode::kKeep:
@@ -265,19 +266,8 @@ void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeou
 void GenerationScheduler::shutdown() {
   std::unique_lock lock(mutex_);
   closed_ = true;
-  ++interrupts_;
-  stepped_.wait(lock, [&] { return !stepping_; });
-  --interrupts_;
-  for (auto& r : running_) {
-    r.sequence->abort();
-    finish(r);
-  }
-  for (auto& r : waiting_) {
-    r.sequence->abort();
-    finish(r);
-  }
-  running_.clear();
-  waiting_.clear();
+  wait_out_step(lock);
+  abort_all();
   stepped_.notify_all();
 }
 

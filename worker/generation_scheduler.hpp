@@ -114,6 +114,11 @@ class GenerationScheduler {
   };
 
   void loop();
+  // With the lock held: returns once no step is running, and keeps the loop from starting one
+  // until the lock is let go.
+  void wait_out_step(std::unique_lock<std::mutex>& lock);
+  // With the lock held: ends every request, running or waiting, with finish_reason "abort".
+  void abort_all();
   void finish(Running& r);
   void fail(Running& r, std::exception_ptr error);
   // Ends every request whose deadline passed; returns the earliest deadline left.

@@ -2,14 +2,12 @@
 
 #include <httplib.h>
 
-#include <condition_variable>
-#include <deque>
 #include <iostream>
-#include <mutex>
 #include <sstream>
 
 #include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
+#include "worker/bounded_thread_pool.hpp"
 #include "worker/peer_hangup.hpp"
 
 namespace hotswap::worker {
@@ -81,58 +79,19 @@ thread_local bool t_turned_away = false;
 // connection past that is answered at once, on the accepting thread, with a 503.
 class BoundedTaskQueue final : public httplib::TaskQueue {
  public:
-  BoundedTaskQueue(std::size_t threads, std::size_t max_queued) : max_queued_(max_queued) {
-    for (std::size_t i = 0; i < threads; ++i) {
-      threads_.emplace_back([this] {
-        std::unique_lock lock(mutex_);
-        while (true) {
-          wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-          if (queue_.empty()) return;
-          auto task = std::move(queue_.front());
-          queue_.pop_front();
-          lock.unlock();
-          task();
-          lock.lock();
-        }
-      });
-    }
-  }
-  ~BoundedTaskQueue() override { shutdown(); }
+  BoundedTaskQueue(std::size_t threads, std::size_t max_queued) : pool_(threads, max_queued) {}
 
   void enqueue(std::function<void()> task) override {
-    {
-      std::lock_guard lock(mutex_);
-      if (!stop_ && queue_.size() < max_queued_) {
-        queue_.push_back(std::move(task));
-        wake_.notify_one();
-        return;
-      }
-    }
+    if (pool_.try_submit(task)) return;
     // The task owns the connection's socket and closes it: run it, to answer 503 and close.
     t_turned_away = true;
     task();
     t_turned_away = false;
   }
-
-  void shutdown() override {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-    threads_.clear();
-  }
+  void shutdown() override { pool_.stop(); }
 
  private:
-  std::size_t max_queued_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> threads_;
-  bool stop_ = false;
+  BoundedThreadPool pool_;
 };
 
 bool is_loopback_host(const std::string& host) {

@@ -79,6 +79,12 @@ BOOST_AUTO_TEST_CASE(client_side_parsing_returns_results_and_rethrows_typed_erro
   HOTSWAP_CHECK_THROW_MSG(parse_response("garbage"), TransferError, "malformed JSON-RPC reply");
   HOTSWAP_CHECK_THROW_MSG(parse_response(R"({"jsonrpc":"2.0","id":1})"), TransferError,
                           "neither `result` nor `error`");
+  // A reply is outside input too: wrong-typed fields are no JSON library error.
+  HOTSWAP_CHECK_THROW_MSG(parse_response(R"({"jsonrpc":2,"id":1,"result":{}})"), TransferError,
+                          "malformed JSON-RPC reply");
+  HOTSWAP_CHECK_THROW_MSG(
+      parse_response(R"({"jsonrpc":"2.0","id":1,"error":{"code":"x","message":7,"data":[]}})"),
+      RuntimeError, "");
   json request = make_request(9, "health");
   BOOST_TEST(parse_request(request.dump()).method == "health");
 }
