@@ -1,19 +1,22 @@
 #include "receiver/shm_engine.hpp"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
+#include <cstring>
 
 #include "protocol/chunk_plan.hpp"
-#include "transport/guarded_copy.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
 namespace {
 
-protocol::TransferError shrunk_under_copy(const std::string& segment) {
-  return protocol::TransferError(
-      "shm: " + segment +
-      " was shrunk while its bytes were being copied (its trainer truncated it); the round is "
-      "abandoned and the previous weights keep serving");
+// A view of `bytes` in a trainer's segment. The segment is mapped under a BusFaultGuard, so the
+// model's copy out of it (on whatever threads libtorch uses) cannot crash this process; the
+// caller checks the segment afterwards.
+at::Tensor view_of(const std::uint8_t* bytes, const protocol::ParamMeta& p) {
+  return at::from_blob(const_cast<std::uint8_t*>(bytes), p.shape,
+                       at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)));
 }
 
 }  // namespace
@@ -74,24 +77,6 @@ void ShmWeightTransferEngine::shutdown() {
   transport::ShmSegment::remove_orphans();
 }
 
-void ShmWeightTransferEngine::copy_in(const protocol::ParamMeta& p, const std::uint8_t* bytes,
-                                      const std::string& segment) {
-  const auto type = transport::to_scalar_type(p.dtype);
-  const std::size_t n = p.nbytes();
-  // Straight into the model's staged copy where it takes the bytes as they are.
-  if (auto destination = model().destination_for(p.name, type, p.shape);
-      destination && destination->device().is_cpu() && destination->is_contiguous()) {
-    if (!transport::guarded_parallel_copy(destination->data_ptr(), bytes, n)) {
-      throw shrunk_under_copy(segment);
-    }
-    model().mark_received(p.name);
-    return;
-  }
-  at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(type));
-  if (!transport::guarded_parallel_copy(t.data_ptr(), bytes, n)) throw shrunk_under_copy(segment);
-  model().load_weights({{p.name, t.to(device())}});
-}
-
 void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& update_info) {
   const auto& params = update_info.params;
   if (!arena_) {
@@ -117,8 +102,12 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!update_info.in_arena(i)) continue;
-    copy_in(params[i], arena_->payload() + update_info.arena_offsets[i], arena_->name());
-    add_bytes_received(params[i].nbytes());
+    // Offsets are aligned for their dtype (protocol checked): a view, copied once by the model.
+    const auto& p = params[i];
+    model().load_weights(
+        {{p.name, view_of(arena_->payload() + update_info.arena_offsets[i], p).to(device())}});
+    arena_->check_intact();  // zeros read from a shrunk arena are never weights
+    add_bytes_received(p.nbytes());
   }
 }
 
@@ -135,15 +124,25 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
     const auto plan =
         protocol::plan_ipc_chunks(update_info.buffered_params(&indices), ring_->buffer_bytes());
     load_from_arena(update_info);
-    const auto names = ring_->names();
     for (std::size_t c = 0; c < plan.size(); ++c) {
       const auto sequence = static_cast<std::uint64_t>(update_info.first_sequence) + c;
       const std::uint8_t* chunk =
           ring_->acquire_for_read(sequence, context().timeout, &trainer_gone_);
-      const std::string& segment = names[sequence % names.size()];
+      std::vector<model_loader::NamedTensor> weights;
       for (const auto& slice : plan[c].slices) {
-        copy_in(update_info.params[indices[slice.param_index]], chunk + slice.offset, segment);
+        const auto& p = update_info.params[indices[slice.param_index]];
+        at::Tensor t;
+        if (slice.offset % protocol::item_size(p.dtype) == 0 && slice.size > 0) {
+          t = view_of(chunk + slice.offset, p);  // the model copies it once, where it belongs
+        } else {
+          // Misaligned for its dtype: copied out first.
+          t = at::empty(p.shape, at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)));
+          if (slice.size > 0) std::memcpy(t.data_ptr(), chunk + slice.offset, slice.size);
+        }
+        weights.emplace_back(p.name, t.to(device()));
       }
+      model().load_weights(weights);
+      ring_->check_intact();     // zeros read from a shrunk buffer are never weights
       ring_->release(sequence);  // only now may the trainer refill the buffer
       add_bytes_received(plan[c].size_bytes);
     }
@@ -151,8 +150,10 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
     throw;  // a bad round; the channel is fine
   } catch (...) {
     // A trainer that died, stalled or broke its segments: this handshake is over. Its
-    // segments go now if it is gone (else with it, through the watch).
-    if (trainer_gone_ || !watch_ || !watch_->process().alive()) close_channel();
+    // segments go now if it is gone (else with it, through the watch); a segment that faulted
+    // reads zeros from now on, so its mapping goes too.
+    const bool faulted = ring_ && (ring_->faulted() || (arena_ && arena_->faulted()));
+    if (faulted || trainer_gone_ || !watch_ || !watch_->process().alive()) close_channel();
     throw;
   }
 }

@@ -10,7 +10,7 @@
 //
 // A trainer is trusted with nothing: each segment is checked before it is opened (a hotswap
 // name, this user's, a hotswap header that matches its size: transport/shm_segment.hpp), again
-// before every round (still its size), and every byte is copied with a guard that turns a
+// before every round (still its size), and they are mapped under a BusFaultGuard that turns a
 // SIGBUS from a segment shrunk mid-copy into a failed round. The previous weights keep serving.
 //
 // Nothing a trainer leaves stays in /dev/shm: the engine watches the trainer process and
@@ -48,9 +48,6 @@ class ShmWeightTransferEngine final
 
  private:
   void load_from_arena(const protocol::ShmUpdateInfo& update_info);
-  // One tensor's bytes, read from `segment` with a guard, into the model.
-  void copy_in(const protocol::ParamMeta& param, const std::uint8_t* bytes,
-               const std::string& segment);
   void close_channel();
 
   std::unique_ptr<transport::ShmRing> ring_;

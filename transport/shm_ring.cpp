@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "protocol/errors.hpp"
-#include "transport/guarded_copy.hpp"
 
 namespace hotswap::transport {
 namespace {
@@ -72,6 +71,13 @@ void ShmRing::check_intact() const {
     s.check_intact();
 }
 
+bool ShmRing::faulted() const {
+  for (const auto& s : segments_) {
+    if (s.faulted()) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> ShmRing::names() const {
   std::vector<std::string> out;
   for (const auto& s : segments_)
@@ -127,11 +133,12 @@ const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence,
   std::size_t slot = sequence % slots();
   const Control& h = control(slot);
   const std::string& name = segments_[slot].name();
+  const ShmSegment& segment = segments_[slot];
   bool faulted = false, gone = false;
   const bool arrived = wait_until(
       [&] {
-        std::uint64_t published = 0;
-        faulted = !guarded_load(h.published, published);
+        const std::uint64_t published = h.published.load(std::memory_order_acquire);
+        faulted = segment.faulted();
         gone = producer_gone != nullptr && producer_gone->load();
         return faulted || gone || published == sequence;
       },
@@ -154,7 +161,8 @@ const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence,
 
 void ShmRing::release(std::uint64_t sequence) {
   const std::size_t slot = sequence % slots();
-  if (!guarded_add(control(slot).released, 1)) {
+  control(slot).released.fetch_add(1, std::memory_order_acq_rel);
+  if (segments_[slot].faulted()) {
     throw protocol::TransferError("shm: the buffer " + segments_[slot].name() +
                                   " no longer covers its control block (its trainer shrank it)");
   }

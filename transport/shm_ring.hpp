@@ -8,8 +8,8 @@
 //
 // The control block's counters are lock-free atomics in the shared mapping; waits poll with a
 // short backoff and end with a TimeoutError, so a dead peer never hangs either side. The
-// consumer (a worker) touches the producer's segments only through guarded accesses: a trainer
-// that shrinks a segment fails the round with a TransferError, it cannot crash the worker.
+// consumer (a worker) maps the producer's segments under a BusFaultGuard: a trainer that
+// shrinks a segment fails the round with a TransferError, it cannot crash the worker.
 #pragma once
 
 #include <atomic>
@@ -45,13 +45,15 @@ class ShmRing {
   void drain(std::chrono::milliseconds timeout);
 
   // Consumer: the data area once chunk `sequence` is published: TimeoutError after `timeout`,
-  // TransferError at once when `producer_gone` turns true or the segment faults. Read the data
-  // area with guarded_copy only: its producer may shrink it at any time.
+  // TransferError at once when `producer_gone` turns true or the segment faults. The producer
+  // may shrink the segment at any time: check_intact() after reading the data area.
   const std::uint8_t* acquire_for_read(std::uint64_t sequence, std::chrono::milliseconds timeout,
                                        const std::atomic<bool>* producer_gone = nullptr);
   void release(std::uint64_t sequence);
   // Consumer: TransferError if any segment shrank since it was opened.
   void check_intact() const;
+  // Consumer: whether a read of any segment hit a shrunk page (see BusFaultGuard).
+  bool faulted() const;
   // Who made the segments.
   const ProcessIdentity& creator() const { return segments_.front().creator(); }
 

@@ -151,6 +151,8 @@ ShmSegment ShmSegment::open(const std::string& name, ShmKind kind, Access access
   segment.data_ = static_cast<std::uint8_t*>(p);
   segment.fd_ = fd.release();
   segment.creator_ = {header.creator_pid, header.creator_start_time};
+  segment.guard_ = std::make_unique<BusFaultGuard>(segment.data_, segment.size_,
+                                                   writable ? PROT_READ | PROT_WRITE : PROT_READ);
   return segment;
 }
 
@@ -199,9 +201,15 @@ void ShmSegment::check_intact() const {
                                   std::to_string(size_) + " to " + std::to_string(st.st_size) +
                                   " bytes after the handshake; its trainer truncated it");
   }
+  if (faulted()) {
+    throw protocol::TransferError("shared-memory segment " + name_ +
+                                  " was shrunk while it was being read (its trainer truncated "
+                                  "it); what was read is discarded");
+  }
 }
 
 void ShmSegment::release() noexcept {
+  guard_.reset();  // before the range can be mapped again by anyone
   if (data_ != nullptr) ::munmap(data_, size_);
   if (fd_ >= 0) ::close(fd_);
   if (owner_) ::shm_unlink(name_.c_str());
@@ -220,7 +228,8 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       owner_(std::exchange(other.owner_, false)),
-      creator_(other.creator_) {}
+      creator_(other.creator_),
+      guard_(std::move(other.guard_)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
@@ -231,6 +240,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     owner_ = std::exchange(other.owner_, false);
     creator_ = other.creator_;
+    guard_ = std::move(other.guard_);
   }
   return *this;
 }

@@ -16,11 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "protocol/shm_info.hpp"
+#include "transport/bus_fault_guard.hpp"
 #include "transport/process_watch.hpp"
 
 namespace hotswap::transport {
@@ -62,10 +64,12 @@ class ShmSegment {
   bool owner() const { return owner_; }
   const ProcessIdentity& creator() const { return creator_; }
 
-  // Whether the segment still has the size it had when it was mapped: a trainer can shrink it
-  // at any time, and then touching the lost pages would fault. TransferError naming the segment
-  // and both sizes when it shrank. (A shrink after this check is caught by guarded_copy.)
+  // Whether the segment is still whole: a trainer can shrink it at any time. A segment another
+  // process made is mapped under a BusFaultGuard, so touching lost pages reads zeros instead of
+  // killing this process; this says so. TransferError naming the segment when it shrank (since
+  // the handshake, or under an access).
   void check_intact() const;
+  bool faulted() const { return guard_ != nullptr && guard_->faulted(); }
 
  private:
   void release() noexcept;
@@ -76,6 +80,7 @@ class ShmSegment {
   std::size_t size_ = 0;
   bool owner_ = false;
   ProcessIdentity creator_;
+  std::unique_ptr<BusFaultGuard> guard_;  // on segments this process did not make
 };
 
 }  // namespace hotswap::transport
