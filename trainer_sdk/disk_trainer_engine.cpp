@@ -28,7 +28,8 @@ std::unique_ptr<DiskTrainerEngine> DiskTrainerEngine::trainer_init(
   auto engine = std::make_unique<DiskTrainerEngine>(client, source, info);
   if (engine->is_sender()) {
     std::filesystem::create_directories(info.directory);
-    AsyncCall handshake([client] { client->init_weight_transfer_engine(nlohmann::json::object()); });
+    AsyncCall handshake(
+        [client] { client->init_weight_transfer_engine(nlohmann::json::object()); });
     reach(RoundPoint::kInit);
     handshake.wait(info.timeout, "init_weight_transfer_engine");
   }

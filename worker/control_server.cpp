@@ -147,14 +147,7 @@ void ControlServer::flush() {
     ready.swap(done_);
   }
   for (auto& r : ready) {
-    if (r.ticket != 0) {
-      for (auto it = tickets_by_connection_.begin(); it != tickets_by_connection_.end(); ++it) {
-        if (it->second == r.ticket) {
-          tickets_by_connection_.erase(it);
-          break;
-        }
-      }
-    }
+    if (r.ticket != 0) connection_of_ticket_.erase(r.ticket);
     send(std::move(r));
   }
 }
@@ -210,7 +203,7 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
   }
   // The completion may already be queued; flush, on this same thread, forgets the ticket after
   // this line has remembered it.
-  if (connection >= 0) tickets_by_connection_.emplace(connection, *ticket);
+  if (connection >= 0) connection_of_ticket_.emplace(*ticket, connection);
 }
 
 void ControlServer::handle(std::vector<zmq::message_t> frames) {
@@ -270,11 +263,14 @@ void ControlServer::on_monitor_event() {
     std::memcpy(&kind, event[0].data(), sizeof kind);
     std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
     if (kind != ZMQ_EVENT_DISCONNECTED) continue;
-    auto [first, last] = tickets_by_connection_.equal_range(static_cast<int>(value));
-    for (auto it = first; it != last; ++it) {
-      service_.cancel_generate(it->second);  // its reply still comes, and goes nowhere
+    for (auto it = connection_of_ticket_.begin(); it != connection_of_ticket_.end();) {
+      if (it->second != static_cast<int>(value)) {
+        ++it;
+        continue;
+      }
+      service_.cancel_generate(it->first);  // its reply still comes, and goes nowhere
+      it = connection_of_ticket_.erase(it);
     }
-    tickets_by_connection_.erase(first, last);
   }
 }
 

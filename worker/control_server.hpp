@@ -72,9 +72,9 @@ class ControlServer {
   EventFd completions_;
   std::mutex mutex_;
   std::deque<Reply> done_;
-  // Generate requests still running, by the descriptor of the connection they came on: a
+  // Generate requests still running, and the descriptor of the connection each came on: a
   // client that disconnects cancels them. Touched by the socket thread only.
-  std::multimap<int, std::uint64_t> tickets_by_connection_;
+  std::map<std::uint64_t, int> connection_of_ticket_;
 
   BoundedThreadPool pool_;  // the long calls'
   zmq::socket_t zap_;

@@ -50,11 +50,11 @@ std::vector<std::string> trainer_args(const Setup& s, const std::string& backend
                                       const std::string& endpoint) {
   // A sparse trainer sends deltas: it starts from the weights the worker serves.
   const auto& source = backend.starts_with("sparse") ? s.served : s.trained;
-  std::vector<std::string> args = {"--workers",   endpoint,
-                                   "--backend",   backend,
-                                   "--source",    source.dir.path.string(),
-                                   "--rounds",    "1",
-                                   "--timeout",   std::to_string(kTimeoutSeconds),
+  std::vector<std::string> args = {"--workers",     endpoint,
+                                   "--backend",     backend,
+                                   "--source",      source.dir.path.string(),
+                                   "--rounds",      "1",
+                                   "--timeout",     std::to_string(kTimeoutSeconds),
                                    "--buffer-size", "16384"};  // several chunks a round
   if (backend == "disk") {
     args.insert(args.end(), {"--disk-dir", s.shared.path.string()});
@@ -63,9 +63,9 @@ std::vector<std::string> trainer_args(const Setup& s, const std::string& backend
 }
 
 json greedy(trainer_sdk::RpcClient& client) {
-  return client.call("generate",
-                     {{"prompt_token_ids", {1, 2, 3, 4}}, {"max_tokens", 8}, {"temperature", 0}})
-      ["token_ids"];
+  return client.call(
+      "generate",
+      {{"prompt_token_ids", {1, 2, 3, 4}}, {"max_tokens", 8}, {"temperature", 0}})["token_ids"];
 }
 
 // The process's state letter from /proc ('T' when stopped), or '?' once it is gone.
@@ -175,8 +175,8 @@ void kill_worker_mid_round(const std::string& backend) {
   const int status = wait_trainer(trainer, std::chrono::seconds(kTimeoutSeconds * 3 + 10));
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - resumed);
   BOOST_TEST(status != 0);
-  BOOST_TEST(took.count() <= (kTimeoutSeconds * 2 + 3) * 1000, "exited after " << took.count()
-                                                                              << " ms");
+  BOOST_TEST(took.count() <= (kTimeoutSeconds * 2 + 3) * 1000,
+             "exited after " << took.count() << " ms");
   // The cause: one line from hotswap-trainer, and no backtrace anywhere.
   const std::string& out = trainer.output();
   auto cause = out.find("hotswap-trainer: ", out.find("fault injection") + 1);
@@ -204,14 +204,22 @@ struct Disk {
   const std::string backend = "disk";
 };
 
-#define HOTSWAP_FAULT_CASES                                                                  \
-  BOOST_AUTO_TEST_CASE(trainer_killed_during_init) { kill_trainer_at(backend, "init"); }   \
-  BOOST_AUTO_TEST_CASE(trainer_killed_after_start) { kill_trainer_at(backend, "start"); }  \
-  BOOST_AUTO_TEST_CASE(trainer_killed_mid_update) { kill_trainer_at(backend, "update"); }  \
-  BOOST_AUTO_TEST_CASE(trainer_killed_before_finish) {                                       \
-    kill_trainer_at(backend, "finish");                                                    \
-  }                                                                                          \
-  BOOST_AUTO_TEST_CASE(worker_killed_mid_round) { kill_worker_mid_round(backend); }
+#define HOTSWAP_FAULT_CASES                            \
+  BOOST_AUTO_TEST_CASE(trainer_killed_during_init) {   \
+    kill_trainer_at(backend, "init");                  \
+  }                                                    \
+  BOOST_AUTO_TEST_CASE(trainer_killed_after_start) {   \
+    kill_trainer_at(backend, "start");                 \
+  }                                                    \
+  BOOST_AUTO_TEST_CASE(trainer_killed_mid_update) {    \
+    kill_trainer_at(backend, "update");                \
+  }                                                    \
+  BOOST_AUTO_TEST_CASE(trainer_killed_before_finish) { \
+    kill_trainer_at(backend, "finish");                \
+  }                                                    \
+  BOOST_AUTO_TEST_CASE(worker_killed_mid_round) {      \
+    kill_worker_mid_round(backend);                    \
+  }
 
 BOOST_FIXTURE_TEST_SUITE(fault_injection_gloo, Gloo)
 HOTSWAP_FAULT_CASES

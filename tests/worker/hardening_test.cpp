@@ -258,6 +258,38 @@ BOOST_FIXTURE_TEST_CASE(queued_requests_are_bounded_and_hold_no_threads, Fixture
   }
 }
 
+BOOST_FIXTURE_TEST_CASE(long_calls_past_the_queue_are_overloaded_too, Fixture) {
+  auto worker = start({"--max-queued-requests", "1"});
+  trainer_sdk::RpcClient control(worker->endpoint(), 30s);
+  // A long generation, and pause(wait) calls that each hold one of the four threads until it
+  // ends; one more waits in the queue; the rest are turned away at once.
+  zmq::context_t context;
+  zmq::socket_t many(context, zmq::socket_type::dealer);
+  many.set(zmq::sockopt::linger, 0);
+  many.connect(worker->endpoint());
+  auto send = [&](int id, const char* method, const json& params) {
+    const std::string frame = protocol::make_request(id, method, params).dump();
+    std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(frame)};
+    zmq::send_multipart(many, parts);
+  };
+  send(0, "generate", generate_params(2000));
+  BOOST_REQUIRE(in_flight_becomes(control, 1, 10s));
+  for (int i = 1; i <= 8; ++i)
+    send(i, "pause", {{"mode", "wait"}});
+  int overloaded = 0;
+  for (int i = 0; i < 3; ++i) {
+    zmq::pollitem_t item{many.handle(), 0, ZMQ_POLLIN, 0};
+    BOOST_REQUIRE(zmq::poll(&item, 1, 10s) == 1);
+    std::vector<zmq::message_t> frames;
+    BOOST_REQUIRE(zmq::recv_multipart(many, std::back_inserter(frames)));
+    if (json::parse(frames.back().to_string())["error"]["code"] == protocol::kOverloadedCode) {
+      ++overloaded;
+    }
+  }
+  BOOST_TEST(overloaded == 3);
+  BOOST_TEST(control.call("health")["status"] == "ok");  // quick calls are still answered
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(hostile_files)

@@ -121,11 +121,12 @@ int main(int argc, char** argv) {
   app.add_option("--disk-dir", disk_dir, "shared directory for the disk backend");
   app.add_option("--timeout", timeout_seconds, "seconds for every wait")->capture_default_str();
   std::string fault_at, fault_action = "kill";
-  app.add_option("--fault-at", fault_at,
-                 "fault injection, for tests: stop at this point of the first round (init: the "
-                 "workers are inside init_weight_transfer_engine; start: after start_weight_update; "
-                 "update: part of the bytes sent, the workers inside update_weights; finish: "
-                 "before finish_weight_update)")
+  app.add_option(
+         "--fault-at", fault_at,
+         "fault injection, for tests: stop at this point of the first round (init: the "
+         "workers are inside init_weight_transfer_engine; start: after start_weight_update; "
+         "update: part of the bytes sent, the workers inside update_weights; finish: "
+         "before finish_weight_update)")
       ->check(CLI::IsMember({"init", "start", "update", "finish"}));
   app.add_option("--fault-action", fault_action,
                  "with --fault-at: kill (SIGKILL this process) or stop (SIGSTOP it; SIGCONT "
