@@ -50,6 +50,19 @@ inline void report(const std::string& bench, const std::string& what, double val
   std::cout << line.dump() << std::endl;
 }
 
+// The median of repeated measurements and their range, for figures printed with their spread.
+struct Spread {
+  double median = 0, low = 0, high = 0;
+  nlohmann::json to_json() const { return {{"median", median}, {"min", low}, {"max", high}}; }
+};
+inline Spread spread_of(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  return {median, values.front(), values.back()};
+}
+
 // Peak resident set (VmHWM) of a process, in bytes.
 inline std::uint64_t peak_rss(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

@@ -4,7 +4,8 @@
 //
 //   ipc   a synthetic bf16 model (16 GB by default, --gb X) from this process's GPU 0 into a
 //         worker process on the same GPU, against one device-to-device copy of the same bytes
-//         (target: within 2× its time);
+//         (target: within 2× its time). Each round (--reps N, 3 by default, after a warm-up
+//         round) follows a copy of its own: the figure is the median with its range;
 //   nccl  with two GPUs, packed, from GPU 0 into a worker on GPU 1, against a raw ncclBroadcast
 //         of the same bytes between the same GPUs (target: ≥ 0.9×). One GPU: a skip line.
 //
@@ -28,6 +29,7 @@
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/cuda_check.hpp"
 #include "transport/cuda_ipc.hpp"
+#include "transport/cuda_stream.hpp"
 #include "transport/device.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/nccl_communicator.hpp"
@@ -40,16 +42,26 @@ using bench::since;
 
 namespace {
 
-// One device-to-device copy of `bytes` on GPU 0 (timed on its second run).
-double d2d_seconds(std::size_t bytes) {
-  transport::DeviceBuffer a(bytes, 0), b(bytes, 0);
-  HOTSWAP_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
-  transport::copy_device_bytes(b.data(), a.data(), bytes);
-  auto t = Clock::now();
-  transport::copy_device_bytes(b.data(), a.data(), bytes);
-  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
-  return since(t);
-}
+// One device-to-device copy of the model's bytes on GPU 0, the limit a sync is held against.
+class DeviceCopy {
+ public:
+  explicit DeviceCopy(std::size_t bytes) : from_(bytes, 0), to_(bytes, 0) {
+    HOTSWAP_CUDA_CHECK(cudaMemset(from_.data(), 1, bytes));
+    seconds();  // warm-up
+  }
+  // From an idle device to the copy's end: the device is synchronized before the clock starts,
+  // so no earlier work is counted in.
+  double seconds() {
+    HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+    auto t = Clock::now();
+    transport::copy_device_bytes(to_.data(), from_.data(), from_.size(), cudaStreamLegacy);
+    HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+    return since(t);
+  }
+
+ private:
+  transport::DeviceBuffer from_, to_;
+};
 
 // A raw ncclBroadcast of `bytes` from GPU 0 to GPU 1, two ranks in two threads of this process.
 double raw_nccl_seconds(std::size_t bytes) {
@@ -80,11 +92,14 @@ struct Run {
   std::vector<std::pair<std::string, at::Tensor>> tensors;  // on GPU 0
 };
 
-// One full sync into a worker process, timed on the second round.
-double sync_seconds(const Run& run, const std::string& backend, int worker_gpu,
-                    const std::function<std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>(
-                        std::shared_ptr<trainer_sdk::WeightSyncClient>,
-                        std::shared_ptr<trainer_sdk::WeightSource>)>& make_engine) {
+// Full syncs into one worker process: a warm-up round, then `reps` timed rounds, each after a
+// call of `between` (the limit measured next to it).
+std::vector<double> sync_seconds(
+    const Run& run, const std::string& backend, int worker_gpu, int reps,
+    const std::function<void()>& between,
+    const std::function<std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>(
+        std::shared_ptr<trainer_sdk::WeightSyncClient>,
+        std::shared_ptr<trainer_sdk::WeightSource>)>& make_engine) {
   worker::ChildProcess worker(
       bench::worker_binary(),
       {"--model", run.model.string(), "--device", "cuda:" + std::to_string(worker_gpu), "--control",
@@ -95,10 +110,14 @@ double sync_seconds(const Run& run, const std::string& backend, int worker_gpu,
       std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600));
   auto engine = make_engine(client, std::make_shared<trainer_sdk::TensorListSource>(run.tensors));
   engine->send_weights();
-  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
-  auto t = Clock::now();
-  engine->send_weights();
-  double seconds = since(t);
+  std::vector<double> seconds;
+  for (int i = 0; i < reps; ++i) {
+    between();
+    HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+    auto t = Clock::now();
+    engine->send_weights();
+    seconds.push_back(since(t));
+  }
   engine->shutdown();
   worker.stop();
   return seconds;
@@ -108,8 +127,10 @@ double sync_seconds(const Run& run, const std::string& backend, int worker_gpu,
 
 int run(int argc, char** argv) {
   double gb = 16.0;
+  int reps = 3;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--gb") gb = std::stod(argv[i + 1]);
+    if (std::string(argv[i]) == "--reps") reps = std::max(1, std::stoi(argv[i + 1]));
   }
   const auto gpu = transport::gpu_runtime_info();
   if (gpu.device_count == 0) {
@@ -131,20 +152,36 @@ int run(int argc, char** argv) {
                                checkpoint.tensor(name).to(c10::Device(c10::kCUDA, 0)).add_(1));
   }
 
-  const double d2d = d2d_seconds(run.bytes);
-  bench::report("gpu_sync", "model " + run.size + ": one device-to-device copy (limit)",
-                run.bytes / d2d / 1e9, "GB/s", {{"bytes", run.bytes}});
+  auto rates = [&](const std::vector<double>& seconds) {
+    std::vector<double> out;
+    for (double s : seconds)
+      out.push_back(run.bytes / s / 1e9);
+    return out;
+  };
+  DeviceCopy copy(run.bytes);
   for (bool packed : {false, true}) {
-    double s = sync_seconds(run, "ipc", 0, [&](auto client, auto source) {
-      trainer_sdk::IpcTrainerInitInfo info(0);
-      info.packed = packed;
-      info.packed_buffer_size_bytes = 1ll << 30;
-      return trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    });
-    bench::report("gpu_sync",
-                  "model " + run.size + ": full sync over ipc" + (packed ? ", packed" : ""),
-                  run.bytes / s / 1e9, "GB/s",
-                  {{"bytes", run.bytes}, {"ratio_of_d2d_time", s / d2d}});  // target ≤ 2
+    std::vector<double> limit;
+    auto seconds = sync_seconds(
+        run, "ipc", 0, reps, [&] { limit.push_back(copy.seconds()); },
+        [&](auto client, auto source) {
+          trainer_sdk::IpcTrainerInitInfo info(0);
+          info.packed = packed;
+          info.packed_buffer_size_bytes = 1ll << 30;
+          return trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+        });
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < seconds.size(); ++i)
+      ratios.push_back(seconds[i] / limit[i]);
+    const auto copies = bench::spread_of(rates(limit)), syncs = bench::spread_of(rates(seconds));
+    const auto ratio = bench::spread_of(ratios);
+    const std::string mode = packed ? ", packed" : "";
+    bench::report("gpu_sync", "model " + run.size + ": one device-to-device copy (limit)" + mode,
+                  copies.median, "GB/s", {{"bytes", run.bytes}, {"spread", copies.to_json()}});
+    bench::report("gpu_sync", "model " + run.size + ": full sync over ipc" + mode, syncs.median,
+                  "GB/s", {{"bytes", run.bytes}, {"spread", syncs.to_json()}});
+    bench::report("gpu_sync", "model " + run.size + ": ipc sync time / copy time" + mode,
+                  ratio.median, "x",
+                  {{"spread", ratio.to_json()}, {"target", "<= 2"}, {"reps", reps}});
   }
 
   if (gpu.device_count < 2) {
@@ -153,11 +190,17 @@ int run(int argc, char** argv) {
     const double raw = raw_nccl_seconds(run.bytes);
     bench::report("gpu_sync", "model " + run.size + ": raw ncclBroadcast GPU 0 → 1 (limit)",
                   run.bytes / raw / 1e9, "GB/s", {{"bytes", run.bytes}});
-    double s = sync_seconds(run, "nccl", 1, [&](auto client, auto source) {
-      trainer_sdk::NcclTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
-      info.timeout = std::chrono::seconds(600);
-      return trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    });
+    double s =
+        bench::spread_of(sync_seconds(
+                             run, "nccl", 1, reps, [] {},
+                             [&](auto client, auto source) {
+                               trainer_sdk::NcclTrainerInitInfo info(
+                                   "127.0.0.1", transport::pick_free_port(), 2, 0);
+                               info.timeout = std::chrono::seconds(600);
+                               return trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+                                   info, client, source);
+                             }))
+            .median;
     bench::report("gpu_sync", "model " + run.size + ": full sync over nccl, packed",
                   run.bytes / s / 1e9, "GB/s",
                   {{"bytes", run.bytes}, {"ratio_to_raw_nccl", raw / s}});  // target ≥ 0.9

@@ -1,12 +1,12 @@
 #include "model_loader/llama_model.hpp"
 
 #include <ATen/Parallel.h>
+#include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_unique.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/index_select.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/pow.h>
@@ -84,7 +84,9 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   // float32 there, keeping float16 storage.
   compute_dtype_ = store_.dtype();
   if (compute_dtype_ == at::kHalf && options_.device.is_cpu()) compute_dtype_ = at::kFloat;
-  inv_freq_ = rope_inverse_frequencies(config_);
+  // Every table and helper lives on the model's device: one op over tensors of two devices is
+  // an error, and a table on the CPU would be copied over at every step if it were not.
+  inv_freq_ = rope_inverse_frequencies(config_).to(store_.device());
 
   auto index = [&](const std::string& name) { return mapping_.param_index(name); };
   auto optional = [&](const std::string& name, bool present) {
@@ -278,20 +280,12 @@ at::Tensor LlamaModel::rms_norm(const at::Tensor& x, std::size_t param) const {
 }
 
 std::pair<at::Tensor, at::Tensor> LlamaModel::rope_tables(const at::Tensor& positions) const {
-  // The float32 tables grow on demand (positions past max_position_embeddings are legal).
-  std::int64_t needed = positions.max().item<std::int64_t>() + 1;
-  std::lock_guard lock(rope_mutex_);
-  if (!cos_.defined() || cos_.size(0) < needed) {
-    std::int64_t n = std::max<std::int64_t>(needed, config_.max_position_embeddings);
-    at::Tensor t = at::arange(n, at::TensorOptions().dtype(at::kFloat));
-    at::Tensor freqs = t.unsqueeze(1) * inv_freq_.unsqueeze(0);
-    at::Tensor emb = at::cat({freqs, freqs}, -1);
-    cos_ = emb.cos();
-    sin_ = emb.sin();
-  }
-  // HF computes the angles in float32 and rotates in the activations' dtype.
-  return {at::index_select(cos_, 0, positions).to(compute_dtype_).unsqueeze(1),
-          at::index_select(sin_, 0, positions).to(compute_dtype_).unsqueeze(1)};
+  // As HF computes them: the angles of this step's positions in float32 on the model's device
+  // (a few kilobytes, cheaper than a cached table's lookup), rotated in the activations' dtype.
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  at::Tensor angles = at::cat({freqs, freqs}, -1);
+  return {angles.cos().to(compute_dtype_).unsqueeze(1),
+          angles.sin().to(compute_dtype_).unsqueeze(1)};
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
@@ -302,6 +296,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   const std::int64_t hd = c.head_dim, group = heads / kv_heads;
   const double scaling = 1.0 / std::sqrt(static_cast<double>(hd));
   auto options = at::TensorOptions().dtype(compute_dtype_).device(store_.device());
+
+  const auto device_longs = at::TensorOptions().dtype(at::kLong).device(store_.device());
 
   std::int64_t total = 0;
   std::vector<std::int64_t> position_list;
@@ -318,13 +314,16 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     throw protocol::ValueError("forward: slices cover " + std::to_string(total) + " tokens but " +
                                std::to_string(n) + " were given");
   }
-  at::Tensor positions =
-      at::tensor(position_list, at::TensorOptions().dtype(at::kLong)).to(store_.device());
-  at::Tensor ids = tokens.to(at::kLong).to(store_.device());
+  // Token ids are checked where the caller made them (the host, for every caller here), before
+  // they travel: a check on the device would wait for the device.
+  at::Tensor ids = tokens.to(at::kLong);
   if (ids.numel() > 0 &&
       (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= c.vocab_size)) {
     throw protocol::ValueError("token ids must be in 0.." + std::to_string(c.vocab_size - 1));
   }
+  ids = ids.to(store_.device());
+  at::Tensor positions =
+      at::tensor(position_list, at::TensorOptions().dtype(at::kLong)).to(store_.device());
 
   // Caches grow before the weights are read, so a step never reallocates mid-layer.
   for (auto& s : slices) {
@@ -357,19 +356,20 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   for (std::size_t i = 0; i < slices.size(); ++i) {
     const std::int64_t start = slices[i].cache->length, keys = start + slices[i].num_tokens;
     if (slices[i].num_tokens == 1 && !c.sliding_window) continue;  // one query sees every key
-    at::Tensor query_pos = at::arange(start, keys, at::TensorOptions().dtype(at::kLong));
-    at::Tensor key_pos = at::arange(keys, at::TensorOptions().dtype(at::kLong));
+    at::Tensor query_pos = at::arange(start, keys, device_longs);
+    at::Tensor key_pos = at::arange(keys, device_longs);
     at::Tensor blocked = key_pos.unsqueeze(0) > query_pos.unsqueeze(1);
     if (c.sliding_window) {
-      blocked =
-          blocked.logical_or(query_pos.unsqueeze(1) - key_pos.unsqueeze(0) >= *c.sliding_window);
+      blocked = blocked | (query_pos.unsqueeze(1) - key_pos.unsqueeze(0) >= *c.sliding_window);
     }
-    masks[i] = blocked.to(store_.device()).unsqueeze(0);
+    masks[i] = blocked.unsqueeze(0);
   }
 
   // One step reads one consistent set of weights: a staged commit waits for it to end.
   std::shared_lock weights_lock(store_.mutex());
-  at::Tensor h = at::index_select(store_[embed_].value, 0, ids).to(compute_dtype_);
+  // Row lookups index (rather than index_select) so that the meta device, which tests use to
+  // check that every tensor follows the model's device, can run the step too.
+  at::Tensor h = store_[embed_].value.index({ids}).to(compute_dtype_);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerParams& p = layers_[l];
     at::Tensor x = rms_norm(h, p.input_norm);
@@ -430,8 +430,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
       offset += s.num_tokens;
       last.push_back(offset - 1);
     }
-    h = at::index_select(
-        h, 0, at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store_.device()));
+    h = h.index({at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store_.device())});
   }
   h = rms_norm(h, final_norm_);
   return linear(h, lm_head_).to(at::kFloat);

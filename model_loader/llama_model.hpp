@@ -109,9 +109,7 @@ class LlamaModel final : public LoadableModel {
   WeightMapping mapping_;
   ParameterStore store_;
   c10::ScalarType compute_dtype_;
-  at::Tensor inv_freq_;           // float32 [head_dim / 2]
-  mutable at::Tensor cos_, sin_;  // float32 [positions, head_dim]
-  mutable std::mutex rope_mutex_;
+  at::Tensor inv_freq_;  // float32 [head_dim / 2], on the model's device
 
   struct LayerParams {
     std::size_t input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;

@@ -6,6 +6,7 @@
 #include "transport/torch_dtype.hpp"
 #ifdef HOTSWAP_WITH_CUDA
 #include "transport/cuda_ipc.hpp"
+#include "transport/cuda_stream.hpp"
 #endif
 
 namespace hotswap::receiver {
@@ -51,9 +52,18 @@ struct IpcWeightTransferEngine::Mappings {
 #ifdef HOTSWAP_WITH_CUDA
   std::map<std::vector<std::uint8_t>, transport::IpcMapping> open;
 #endif
-  void clear() {
+  // Unmaps every export. A receive that failed part-way may have left copies out of them in
+  // flight: they finish before the trainer's memory goes away under them.
+  void clear(const c10::Device& device) {
 #ifdef HOTSWAP_WITH_CUDA
+    if (open.empty()) return;
+    try {
+      transport::synchronize_device(device);
+    } catch (...) {  // a failed device fails the copies too; unmapping is still right
+    }
     open.clear();
+#else
+    (void)device;
 #endif
   }
 };
@@ -61,34 +71,37 @@ struct IpcWeightTransferEngine::Mappings {
 IpcWeightTransferEngine::IpcWeightTransferEngine(EngineContext context)
     : TypedWeightTransferEngine(std::move(context)), mappings_(std::make_unique<Mappings>()) {
 #ifdef HOTSWAP_WITH_CUDA
-  uuid_ = transport::device_uuid(device().index());
+  uuid_ = transport::device_uuid(transport::cuda_index(device()));
 #endif
 }
 
 IpcWeightTransferEngine::~IpcWeightTransferEngine() = default;
 
 void IpcWeightTransferEngine::init_transfer_channel(const protocol::IpcInitInfo&) {
-  mappings_->clear();  // no rendezvous: the handles come with each update
+  mappings_->clear(device());  // no rendezvous: the handles come with each update
 }
 
 void IpcWeightTransferEngine::finish_weight_update() {
-  mappings_->clear();
+  mappings_->clear(device());
   model().finish_reload();
 }
 
 void IpcWeightTransferEngine::abort_weight_update() {
-  mappings_->clear();
+  mappings_->clear(device());
   WeightTransferEngine::abort_weight_update();
 }
 
 void IpcWeightTransferEngine::shutdown() {
-  mappings_->clear();
+  mappings_->clear(device());
 }
 
 void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& update_info) {
   const auto sources = locate_ipc_sources(update_info, uuid_);  // every check before any copy
 #ifdef HOTSWAP_WITH_CUDA
-  const int index = device().index();
+  const int index = transport::cuda_index(device());
+  // The update's caller synchronizes the device before it answers; the trainer reuses or frees
+  // its memory only after that answer.
+  const cudaStream_t copies = transport::torch_current_stream(index);
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& p = update_info.params[i];
     const auto& source = sources[i];
@@ -106,11 +119,11 @@ void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& upd
     const auto type = transport::to_scalar_type(p.dtype);
     // Straight into the staged copy where the model takes the bytes as they are.
     if (auto destination = model().destination_for(p.name, type, p.shape)) {
-      transport::copy_device_bytes(destination->data_ptr(), from, source.bytes);
+      transport::copy_device_bytes(destination->data_ptr(), from, source.bytes, copies);
       model().mark_received(p.name);
     } else {
       at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
-      transport::copy_device_bytes(t.data_ptr(), from, source.bytes);
+      transport::copy_device_bytes(t.data_ptr(), from, source.bytes, copies);
       model().load_weights({{p.name, t}});
     }
     add_bytes_received(source.bytes);

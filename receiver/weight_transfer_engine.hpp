@@ -101,13 +101,17 @@ class TypedWeightTransferEngine : public WeightTransferEngine {
   }
 
   // parse_init_info → init_transfer_channel, as update_weights is
-  // parse_update_info → receive_weights → device sync.
+  // parse_update_info → receive_weights → device sync. Both run with the engine's device
+  // current (the calls come on pooled threads, whose current device is any earlier call's).
   void init_transfer_engine(const nlohmann::json& init_info) final {
-    init_transfer_channel(parse_init_info(init_info));
+    InitInfo typed = parse_init_info(init_info);
+    transport::DeviceScope scope(device());
+    init_transfer_channel(typed);
   }
 
   void update_weights(const nlohmann::json& update_info) final {
     UpdateInfo typed = parse_update_info(update_info);
+    transport::DeviceScope scope(device());
     receive_weights(typed);
     if (!defers_processing()) transport::synchronize_device(device());
   }

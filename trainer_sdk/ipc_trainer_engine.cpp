@@ -9,6 +9,8 @@
 
 #include "transport/cuda_check.hpp"
 #include "transport/cuda_ipc.hpp"
+#include "transport/cuda_stream.hpp"
+#include "transport/device.hpp"
 #endif
 
 namespace hotswap::trainer_sdk {
@@ -71,6 +73,7 @@ void IpcTrainerEngine::send_weights() {
 void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& meta) {
 #ifdef HOTSWAP_WITH_CUDA
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(info_.device));
+  transport::DeviceScope scope(device);
   const std::string uuid = transport::device_uuid(info_.device);
   CheckedStream stream(source()->iter(), meta, device);
   protocol::IpcUpdateInfo update{meta, {}, std::nullopt, {}};
@@ -85,7 +88,9 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
     update.handles.push_back({{uuid, handle}});
   }
   stream.finish();
-  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());  // every write to the tensors has landed
+  // Every write to the tensors has landed, on whichever stream made it, before the worker (in
+  // another process, unordered with this one's streams) reads them.
+  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
   client().start_weight_update();
   client().update_weights(update.to_json());
   client().finish_weight_update(round_version());
@@ -98,7 +103,10 @@ void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta)
 #ifdef HOTSWAP_WITH_CUDA
   if (!buffer_) throw protocol::RuntimeError("the IPC buffer is closed; call trainer_init again");
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(info_.device));
+  transport::DeviceScope scope(device);
   const std::string uuid = transport::device_uuid(info_.device);
+  // Copies go on the stream the caller's tensors were written on, so each reads them whole.
+  const cudaStream_t copies = transport::torch_current_stream(info_.device);
   const auto plan =
       protocol::plan_ipc_chunks(meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
   CheckedStream stream(source()->iter(), meta, device);
@@ -108,11 +116,15 @@ void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta)
     update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
     for (const auto& slice : chunk.slices) {
       at::Tensor t = stream.next();
-      transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(), slice.size);
+      transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(), slice.size,
+                                   copies);
       update.params.push_back(meta[slice.param_index]);
       update.tensor_sizes.push_back(slice.size);
     }
-    // Returns once the worker has copied the chunk out: the buffer is free again.
+    // A device-to-device copy does not make the host wait: the chunk must be whole before its
+    // handle goes out, or the worker, in another process, reads it half-written.
+    HOTSWAP_CUDA_CHECK(cudaStreamSynchronize(copies));
+    // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
     client().update_weights(update.to_json());
   }
   stream.finish();

@@ -11,6 +11,7 @@
 
 #include "protocol/errors.hpp"
 #include "transport/cuda_check.hpp"
+#include "transport/device.hpp"
 #endif
 
 namespace hotswap::transport {
@@ -36,8 +37,13 @@ std::string device_uuid(int device) {
 
 namespace {
 
+c10::Device cuda(int index) {
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
 // The allocation that contains `data`: the driver's cuMemGetAddressRange, reached through the
 // runtime's entry-point lookup so that nothing links libcuda (absent on machines without a GPU).
+// A driver call acts in the current context, so the pointer's own device is made current first.
 std::pair<const std::uint8_t*, std::size_t> allocation_of(const void* data) {
   using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
   static GetAddressRange get_range = [] {
@@ -50,13 +56,23 @@ std::pair<const std::uint8_t*, std::size_t> allocation_of(const void* data) {
     }
     return reinterpret_cast<GetAddressRange>(fn);
   }();
+  const std::string where = std::to_string(reinterpret_cast<std::uintptr_t>(data));
+  cudaPointerAttributes attributes{};
+  cudaError_t known = cudaPointerGetAttributes(&attributes, data);
+  if (known != cudaSuccess || attributes.type != cudaMemoryTypeDevice) {
+    cudaGetLastError();
+    throw protocol::ValueError("cannot export memory at " + where +
+                               " over CUDA IPC: it is not device memory");
+  }
+  DeviceScope scope(cuda(attributes.device));
   CUdeviceptr base = 0;
   size_t size = 0;
   CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(data));
   if (r != CUDA_SUCCESS) {
-    throw protocol::ValueError("cannot export memory at " +
-                               std::to_string(reinterpret_cast<std::uintptr_t>(data)) +
-                               " over CUDA IPC: it is not device memory (CUresult " +
+    throw protocol::ValueError("cannot export memory at " + where + " of GPU " +
+                               std::to_string(attributes.device) +
+                               " over CUDA IPC: the driver finds no allocation around it "
+                               "(CUresult " +
                                std::to_string(static_cast<int>(r)) + ")");
   }
   return {reinterpret_cast<const std::uint8_t*>(base), size};
@@ -67,7 +83,18 @@ std::pair<const std::uint8_t*, std::size_t> allocation_of(const void* data) {
 protocol::IpcHandle export_device_memory(const void* data, std::size_t bytes) {
   auto [base, size] = allocation_of(data);
   cudaIpcMemHandle_t handle;
-  HOTSWAP_CUDA_CHECK(cudaIpcGetMemHandle(&handle, const_cast<std::uint8_t*>(base)));
+  cudaError_t exported = cudaIpcGetMemHandle(&handle, const_cast<std::uint8_t*>(base));
+  if (exported != cudaSuccess) {
+    cudaGetLastError();
+    throw protocol::ValueError(
+        std::string("cannot export a tensor over CUDA IPC: cudaIpcGetMemHandle refused its "
+                    "allocation (") +
+        cudaGetErrorName(exported) +
+        "). Memory from PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True) or from the cudaMallocAsync allocator cannot be shared "
+        "this way: run the trainer with the default caching allocator, or use the packed mode, "
+        "whose buffer hotswap allocates itself");
+  }
   protocol::IpcHandle out;
   const auto* raw = reinterpret_cast<const std::uint8_t*>(&handle);
   static_assert(sizeof(handle) == protocol::kCudaIpcHandleBytes);
@@ -81,13 +108,13 @@ protocol::IpcHandle export_device_memory(const void* data, std::size_t bytes) {
   return out;
 }
 
-IpcMapping::IpcMapping(const std::vector<std::uint8_t>& handle, int device) {
+IpcMapping::IpcMapping(const std::vector<std::uint8_t>& handle, int device) : device_(device) {
   if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
     throw protocol::ValueError("a CUDA IPC handle is " +
                                std::to_string(sizeof(cudaIpcMemHandle_t)) + " bytes, got " +
                                std::to_string(handle.size()));
   }
-  HOTSWAP_CUDA_CHECK(cudaSetDevice(device));
+  DeviceScope scope(cuda(device));
   cudaIpcMemHandle_t raw;
   std::memcpy(&raw, handle.data(), sizeof(raw));
   void* base = nullptr;
@@ -96,7 +123,12 @@ IpcMapping::IpcMapping(const std::vector<std::uint8_t>& handle, int device) {
 }
 
 void IpcMapping::close() noexcept {
-  if (base_ != nullptr) cudaIpcCloseMemHandle(base_);
+  if (base_ == nullptr) return;
+  try {
+    DeviceScope scope(cuda(device_));
+    cudaIpcCloseMemHandle(base_);
+  } catch (...) {  // the device is gone: nothing left to unmap
+  }
   base_ = nullptr;
 }
 
@@ -104,18 +136,20 @@ IpcMapping::~IpcMapping() {
   close();
 }
 
-IpcMapping::IpcMapping(IpcMapping&& other) noexcept : base_(std::exchange(other.base_, nullptr)) {}
+IpcMapping::IpcMapping(IpcMapping&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)), device_(other.device_) {}
 
 IpcMapping& IpcMapping::operator=(IpcMapping&& other) noexcept {
   if (this != &other) {
     close();
     base_ = std::exchange(other.base_, nullptr);
+    device_ = other.device_;
   }
   return *this;
 }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(bytes) {
-  HOTSWAP_CUDA_CHECK(cudaSetDevice(device));
+  DeviceScope scope(cuda(device));
   void* p = nullptr;
   HOTSWAP_CUDA_CHECK(cudaMalloc(&p, bytes));
   data_ = static_cast<std::uint8_t*>(p);
@@ -123,11 +157,6 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(bytes) {
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) cudaFree(data_);
-}
-
-void copy_device_bytes(void* destination, const void* source, std::size_t bytes) {
-  if (bytes == 0) return;
-  HOTSWAP_CUDA_CHECK(cudaMemcpy(destination, source, bytes, cudaMemcpyDeviceToDevice));
 }
 
 #endif

@@ -26,6 +26,9 @@ std::string format_gpu_uuid(const std::array<std::uint8_t, 16>& bytes);
 std::string device_uuid(int device);
 
 // An export of `bytes` of device memory at `data` (which may lie inside a larger allocation).
+// A ValueError that says why when the memory cannot travel over CUDA IPC: host memory, or
+// memory from PyTorch's expandable segments or the cudaMallocAsync allocator, which
+// cudaIpcGetMemHandle refuses.
 protocol::IpcHandle export_device_memory(const void* data, std::size_t bytes);
 
 // An exported allocation opened in this process (cudaIpcOpenMemHandle), closed when it goes
@@ -34,6 +37,7 @@ protocol::IpcHandle export_device_memory(const void* data, std::size_t bytes);
 class IpcMapping {
  public:
   // TransferError naming the call when the handle cannot be opened (another GPU's, stale, ...).
+  // Closing waits for nothing: the owner synchronizes every copy out of it first.
   IpcMapping(const std::vector<std::uint8_t>& handle, int device);
   ~IpcMapping();
   IpcMapping(IpcMapping&& other) noexcept;
@@ -47,6 +51,7 @@ class IpcMapping {
  private:
   void close() noexcept;
   std::uint8_t* base_ = nullptr;
+  int device_ = 0;
 };
 
 // Device memory of its own (cudaMalloc, not a caching allocator), for a buffer that is exported
@@ -64,10 +69,6 @@ class DeviceBuffer {
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };
-
-// Byte copy between device pointers on the legacy default stream, so that it is ordered with
-// libtorch's default-stream work on either side; returns when the copy is done.
-void copy_device_bytes(void* destination, const void* source, std::size_t bytes);
 #endif
 
 }  // namespace hotswap::transport

@@ -2,6 +2,8 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
+
 #include "protocol/errors.hpp"
 
 #ifdef HOTSWAP_WITH_CUDA
@@ -37,8 +39,35 @@ c10::Device parse_device(const std::string& name) {
                                " GPU(s)" +
                                (info.device_error.empty() ? "" : " (" + info.device_error + ")"));
   }
-  return index < 0 ? c10::Device(c10::kCUDA)
-                   : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  // "cuda" is device 0, named: engines and CUDA calls need an index, and a bare "cuda" would
+  // follow whatever device a pooled thread last used.
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::max(index, 0)));
+}
+
+int cuda_index(const c10::Device& device) {
+  return device.has_index() ? device.index() : 0;
+}
+
+DeviceScope::DeviceScope(const c10::Device& device) {
+#ifdef HOTSWAP_WITH_CUDA
+  if (!device.is_cuda()) return;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {  // no driver or no device: cudaSetDevice says so
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == cuda_index(device)) return;
+  HOTSWAP_CUDA_CHECK(cudaSetDevice(cuda_index(device)));
+  previous_ = current;
+#else
+  (void)device;
+#endif
+}
+
+DeviceScope::~DeviceScope() {
+#ifdef HOTSWAP_WITH_CUDA
+  if (previous_ >= 0) cudaSetDevice(previous_);
+#endif
 }
 
 void synchronize_device(const c10::Device& device) {
@@ -48,7 +77,7 @@ void synchronize_device(const c10::Device& device) {
                                  ": hotswap supports cpu and cuda devices");
   }
 #ifdef HOTSWAP_WITH_CUDA
-  HOTSWAP_CUDA_CHECK(cudaSetDevice(device.has_index() ? device.index() : 0));
+  DeviceScope scope(device);
   HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
 #else
   throw protocol::RuntimeError("device " + device.str() +

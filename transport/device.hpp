@@ -17,6 +17,24 @@ c10::Device parse_device(const std::string& name);
 // A no-op for the CPU; a RuntimeError for a CUDA device in a build without CUDA.
 void synchronize_device(const c10::Device& device);
 
+// Makes `device` the current CUDA device of this thread for the scope, and restores the one
+// before at its end. The CUDA runtime's current device is per thread, and pooled threads serve
+// any call: every entry point that calls the runtime or NCCL directly (libtorch's own ops set
+// the device from their tensors) opens one. A no-op for the CPU and in builds without CUDA.
+class DeviceScope {
+ public:
+  explicit DeviceScope(const c10::Device& device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to restore
+};
+
+// The CUDA index of a CUDA device ("cuda" alone names device 0, as in a fresh process).
+int cuda_index(const c10::Device& device);
+
 // What this build and machine offer, for start-up lines and for tests that need a GPU.
 struct GpuRuntimeInfo {
   bool built_with_cuda = false;

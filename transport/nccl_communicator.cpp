@@ -6,6 +6,8 @@
 
 #include "protocol/errors.hpp"
 #include "transport/cuda_check.hpp"
+#include "transport/cuda_stream.hpp"
+#include "transport/device.hpp"
 
 namespace hotswap::transport {
 namespace {
@@ -35,6 +37,17 @@ std::string ms(std::chrono::milliseconds timeout) {
   return std::to_string(timeout.count()) + " ms";
 }
 
+c10::Device cuda(int index) {
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+// The communicator's asynchronous state; a failure of the query itself counts as the state.
+ncclResult_t async_state(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t queried = ncclCommGetAsyncError(comm, &state);
+  return queried == ncclSuccess ? state : queried;
+}
+
 }  // namespace
 
 NcclUniqueId new_nccl_unique_id() {
@@ -46,10 +59,15 @@ NcclUniqueId new_nccl_unique_id() {
 }
 
 struct NcclCommunicator::Handles {
+  explicit Handles(int device) : stream(device) {}
+
   std::mutex mutex;  // guards comm against abort() from another thread
   ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t done = nullptr;
+  // Collectives run here, non-blocking: a broadcast waiting on a slow peer must not hold back
+  // the forward kernels libtorch queues on its own stream meanwhile.
+  CudaStream stream;
+  CudaEvent ready;  // the caller's stream, up to the call: the collective waits for it
+  CudaEvent done;   // the collective's end, polled against the timeout
 
   // Aborting never waits on peers, unlike ncclCommDestroy, so it is also the teardown path.
   void abort_locked() {
@@ -59,62 +77,63 @@ struct NcclCommunicator::Handles {
   ~Handles() {
     std::lock_guard lock(mutex);
     abort_locked();
-    if (done != nullptr) cudaEventDestroy(done);
-    if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
 
 NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<RendezvousStore> store)
-    : setup_(setup), store_(std::move(store)), handles_(std::make_unique<Handles>()) {
+    : setup_(setup), store_(std::move(store)) {
   if (setup.world_size < 1 || setup.rank < 0 || setup.rank >= setup.world_size) {
     throw protocol::ValueError("NCCL rank " + std::to_string(setup.rank) +
                                " is outside world_size " + std::to_string(setup.world_size));
   }
-  HOTSWAP_CUDA_CHECK(cudaSetDevice(setup.device));
+  DeviceScope scope(cuda(setup.device));  // NCCL binds the communicator to the current device
+  handles_ = std::make_unique<Handles>(setup.device);
   ncclUniqueId id;
   static_assert(sizeof(id.internal) == kNcclUniqueIdBytes);
   std::memcpy(id.internal, setup.unique_id.data(), kNcclUniqueIdBytes);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // returns at once; completion is polled below, against the timeout
+  const std::string as_rank =
+      "as rank " + std::to_string(setup.rank) + " of " + std::to_string(setup.world_size);
   {
     std::lock_guard lock(handles_->mutex);
-    HOTSWAP_NCCL_CHECK(
-        ncclCommInitRankConfig(&handles_->comm, setup.world_size, id, setup.rank, &config));
+    ncclResult_t started =
+        ncclCommInitRankConfig(&handles_->comm, setup.world_size, id, setup.rank, &config);
+    if (started != ncclSuccess && started != ncclInProgress) {
+      // A non-blocking init may hand back a communicator even when it fails at once: it is
+      // aborted here, not left to whoever holds the handles.
+      handles_->abort_locked();
+      throw protocol::TransferError("ncclCommInitRankConfig " + as_rank +
+                                    " failed: " + ncclGetErrorString(started));
+    }
   }
   const auto deadline = Clock::now() + setup.timeout;
   Backoff backoff;
   for (;;) {
-    ncclResult_t state = ncclSuccess;
     {
       std::lock_guard lock(handles_->mutex);
       if (handles_->comm == nullptr) throw protocol::TransferError("NCCL init was aborted");
-      ncclCommGetAsyncError(handles_->comm, &state);
+      const ncclResult_t state = async_state(handles_->comm);
       if (state != ncclInProgress && state != ncclSuccess) {
         std::string detail = ncclGetLastError(handles_->comm);
         handles_->abort_locked();
-        throw protocol::TransferError("NCCL init as rank " + std::to_string(setup.rank) + " of " +
-                                      std::to_string(setup.world_size) +
+        throw protocol::TransferError("NCCL init " + as_rank +
                                       " failed: " + ncclGetErrorString(state) + " " + detail);
       }
       if (state == ncclSuccess) break;
       if (Clock::now() >= deadline) {
         handles_->abort_locked();
-        throw protocol::TimeoutError("NCCL init as rank " + std::to_string(setup.rank) + " of " +
-                                     std::to_string(setup.world_size) +
-                                     " did not complete within " + ms(setup.timeout) +
-                                     ": a peer never joined");
+        throw protocol::TimeoutError("NCCL init " + as_rank + " did not complete within " +
+                                     ms(setup.timeout) + ": a peer never joined");
       }
     }
     backoff.pause();
   }
-  HOTSWAP_CUDA_CHECK(cudaStreamCreate(&handles_->stream));  // ordered with the legacy stream
-  HOTSWAP_CUDA_CHECK(cudaEventCreateWithFlags(&handles_->done, cudaEventDisableTiming));
-
   // The warm-up every vLLM communicator issues: a one-element float32 all-reduce of zero.
   float* warm = nullptr;
   HOTSWAP_CUDA_CHECK(cudaMalloc(&warm, sizeof(float)));
   std::unique_ptr<float, decltype(&cudaFree)> owned(warm, &cudaFree);
-  HOTSWAP_CUDA_CHECK(cudaMemsetAsync(warm, 0, sizeof(float), handles_->stream));
+  HOTSWAP_CUDA_CHECK(cudaMemsetAsync(warm, 0, sizeof(float), handles_->stream.get()));
   run(
       "warm-up all-reduce",
       [&](ncclComm_t comm, cudaStream_t stream) {
@@ -127,7 +146,7 @@ NcclCommunicator::~NcclCommunicator() = default;
 
 template <class Enqueue>
 void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milliseconds timeout) {
-  HOTSWAP_CUDA_CHECK(cudaSetDevice(setup_.device));
+  DeviceScope scope(cuda(setup_.device));
   const auto deadline = Clock::now() + timeout;
   {
     std::lock_guard lock(handles_->mutex);
@@ -135,7 +154,10 @@ void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milli
       throw protocol::TransferError(std::string("NCCL ") + what +
                                     ": the communicator was aborted; start a new handshake");
     }
-    ncclResult_t r = enqueue(handles_->comm, handles_->stream);
+    // The caller's tensors are written on its current stream (libtorch's, any of them): the
+    // collective starts after that work, on the device, without a host wait.
+    order_after(handles_->stream.get(), torch_current_stream(setup_.device), handles_->ready);
+    ncclResult_t r = enqueue(handles_->comm, handles_->stream.get());
     if (r != ncclSuccess && r != ncclInProgress) {
       std::string detail = ncclGetLastError(handles_->comm);
       handles_->abort_locked();
@@ -151,8 +173,7 @@ void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milli
       if (handles_->comm == nullptr) {
         throw protocol::TransferError(std::string("NCCL ") + what + " was aborted");
       }
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(handles_->comm, &state);
+      const ncclResult_t state = async_state(handles_->comm);
       if (state != ncclSuccess && state != ncclInProgress) {
         std::string detail = ncclGetLastError(handles_->comm);
         handles_->abort_locked();
@@ -161,16 +182,18 @@ void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milli
       }
       // A non-blocking communicator may still be enqueueing; the event goes after it.
       if (!recorded && state == ncclSuccess) {
-        HOTSWAP_CUDA_CHECK(cudaEventRecord(handles_->done, handles_->stream));
+        handles_->done.record(handles_->stream.get());
         recorded = true;
       }
       if (recorded) {
-        cudaError_t query = cudaEventQuery(handles_->done);
-        if (query == cudaSuccess) return;
-        if (query != cudaErrorNotReady) {
+        bool finished = false;
+        try {
+          finished = handles_->done.query();
+        } catch (...) {
           handles_->abort_locked();
-          HOTSWAP_CUDA_CHECK(query);
+          throw;
         }
+        if (finished) return;
       }
       if (Clock::now() >= deadline) {
         handles_->abort_locked();

@@ -5,11 +5,13 @@
 // - Init is non-blocking (ncclConfig_t.blocking = 0) and polled, so a peer that never joins
 //   ends in a TimeoutError after the timeout instead of a hang; then the one-element float32
 //   all-reduce every vLLM communicator issues first.
-// - Each collective runs on the communicator's own stream, created blocking with respect to
-//   the legacy default stream that libtorch's default stream is: work queued by libtorch on the
-//   tensors before the call is ordered before the collective, without a device sync. The call
-//   returns once the collective has completed on the device (polled with the communicator's
-//   async error), so the bytes are in place when it returns.
+// - Each collective runs on the communicator's own non-blocking stream, ordered after the
+//   caller's current libtorch stream with an event: work queued on the tensors before the call
+//   (on any stream the caller made current) comes first, without a device sync, and kernels
+//   queued on libtorch's streams meanwhile (generation during an update) do not wait behind a
+//   collective that waits for a slow peer. The call returns once the collective has completed
+//   on the device (polled with the communicator's async error), so the bytes are in place when
+//   it returns, for every stream.
 // - On a timeout or an asynchronous NCCL error the communicator is aborted (ncclCommAbort), so a
 //   dead peer never leaves the worker blocked; the engine then drops it and a new handshake
 //   builds a fresh one.

@@ -183,6 +183,35 @@ BOOST_AUTO_TEST_CASE(bfloat16_and_float16_runtimes_track_float32) {
   }
 }
 
+// Every tensor a forward step makes (rotary tables, masks, caches, indices) must live on the
+// model's device: libtorch refuses to mix devices in one op, so a model built on the meta device
+// (shapes without storage) runs a forward only if nothing in it falls back to the CPU. On a GPU
+// the same slip fails the first forward of a worker on cuda:N.
+BOOST_AUTO_TEST_CASE(every_tensor_a_forward_makes_follows_the_models_device) {
+  const c10::Device meta(c10::kMeta);
+  for (auto arch :
+       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+    for (auto dtype : {protocol::DType::kFloat32, protocol::DType::kBFloat16}) {
+      CheckpointDir ckpt(testing::tiny_config(arch), 21);
+      model_loader::ModelOptions options;
+      options.device = meta;
+      options.dtype = dtype;
+      auto model = ckpt.load(options);
+      BOOST_TEST((model->device() == meta));
+      model_loader::KvCache a, b;
+      std::vector<model_loader::ForwardSlice> prefill{{&a, 5}, {&b, 3}};
+      at::Tensor logits = model->forward(testing::long_tensor({1, 2, 3, 4, 5, 6, 7, 8}), prefill);
+      BOOST_TEST((logits.device() == meta), ckpt.config.architecture_name());
+      BOOST_TEST((logits.sizes() == c10::IntArrayRef{2, ckpt.config.vocab_size}));
+      std::vector<model_loader::ForwardSlice> decode{{&a, 1}, {&b, 2}};
+      logits = model->forward(testing::long_tensor({9, 10, 11}), decode, /*all_positions=*/true);
+      BOOST_TEST((logits.device() == meta));
+      BOOST_TEST((a.keys[0].device() == meta));
+      BOOST_TEST(a.length == 6);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // Held against transformers itself: golden vectors made by tests/golden/make_golden.py.

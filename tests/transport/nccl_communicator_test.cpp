@@ -42,7 +42,7 @@ BOOST_AUTO_TEST_CASE(a_one_rank_group_runs_its_collectives_on_the_gpu_or_fails_c
   if (gpu.device_count == 0) {
     // No GPU here: the failure names the call and the reason.
     HOTSWAP_CHECK_THROW_MSG(transport::NcclCommunicator({{}, 0, 1, 0, 5s}), protocol::TransferError,
-                            "cudaSetDevice(setup.device) failed");
+                            "cudaSetDevice(cuda_index(device)) failed");
     return;
   }
   transport::NcclCommunicator comm({transport::new_nccl_unique_id(), 0, 1, 0, 30s});
