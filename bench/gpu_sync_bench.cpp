@@ -6,6 +6,8 @@
 //         worker process on the same GPU, against one device-to-device copy of the same bytes
 //         (target: within 2× its time). Each round (--reps N, 3 by default, after a warm-up
 //         round) follows a copy of its own: the figure is the median with its range;
+//   decode  greedy generation of that model on cuda:0 in this process, batch 1 and 8 (tokens/s,
+//         median of --reps runs of 64 new tokens each, with the range);
 //   nccl  with two GPUs, packed, from GPU 0 into a worker on GPU 1, against a raw ncclBroadcast
 //         of the same bytes between the same GPUs (target: ≥ 0.9×). One GPU: a skip line.
 //
@@ -21,6 +23,8 @@
 
 #include "bench/bench_support.hpp"
 #include "model_loader/checkpoint.hpp"
+#include "model_loader/generation.hpp"
+#include "model_loader/llama_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/ipc_trainer_engine.hpp"
@@ -83,6 +87,31 @@ double raw_nccl_seconds(std::size_t bytes) {
   rank(0);
   peer.join();
   return seconds;
+}
+
+// Greedy decode throughput of the model on cuda:0: `batch` prompts of 16 tokens, 64 new tokens
+// each, timed from submission to the last token (the CPU samples each step, as the worker does).
+std::vector<double> decode_tokens_per_second(const fs::path& model_dir, int batch, int reps) {
+  model_loader::ModelOptions options;
+  options.device = c10::Device(c10::kCUDA, 0);
+  auto model = model_loader::LlamaModel::load(model_dir, options);
+  std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(batch));
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < 16; ++t)
+      prompts[static_cast<std::size_t>(b)].push_back((b * 131 + t * 17) % 1000 + 1);
+  model_loader::SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 4;
+  model_loader::generate(*model, prompts, greedy);  // warm-up: kernels, allocator
+  greedy.max_tokens = 64;
+  std::vector<double> rates;
+  for (int i = 0; i < reps; ++i) {
+    HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+    auto t = Clock::now();
+    model_loader::generate(*model, prompts, greedy);
+    rates.push_back(batch * 64.0 / since(t));
+  }
+  return rates;
 }
 
 struct Run {
@@ -158,6 +187,12 @@ int run(int argc, char** argv) {
       out.push_back(run.bytes / s / 1e9);
     return out;
   };
+  for (int batch : {1, 8}) {
+    const auto rate = bench::spread_of(decode_tokens_per_second(run.model, batch, reps));
+    bench::report("gpu_decode",
+                  "model " + run.size + ": greedy decode on cuda:0, batch " + std::to_string(batch),
+                  rate.median, "tokens/s", {{"spread", rate.to_json()}, {"reps", reps}});
+  }
   DeviceCopy copy(run.bytes);
   for (bool packed : {false, true}) {
     std::vector<double> limit;

@@ -8,10 +8,12 @@
 #                                  git; name it in the device call's `carry`)
 #   scripts/gpu-check.sh [--gb X]  on the GPU machine: unpack .deps/ into a private prefix when
 #                                  there is one, build with CUDA against python3's torch, run
-#                                  every GPU test (ipc end to end on one GPU; nccl and
-#                                  sparse_nccl end to end on two, a SKIPPED line on one), the
-#                                  rest of the suites, and hotswap-gpu-bench (a model of X GB,
-#                                  16 by default). Logs go to $OUT when it is set.
+#                                  every GPU suite (generation on cuda:0; ipc end to end on one
+#                                  GPU; nccl and sparse_nccl end to end on two, skipped on one)
+#                                  with one line each saying what ran, what skipped and why, the
+#                                  rest of the suites, and hotswap-gpu-bench (a model of X GB:
+#                                  4 by default, so that a first run fits; --gb 16 for the
+#                                  figures the README quotes). Logs go to $OUT when it is set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps=$root/.deps
@@ -36,11 +38,17 @@ declare -A runtime_deps=(
 if [[ "${1:-}" == "--fetch" ]]; then
   mkdir -p "$deps"  # ignored by .gitignore
   (cd "$deps" && apt-get download "${packages[@]}" "${!runtime_deps[@]}")
-  du -sh "$deps"
+  # The device tool carries at most 64 MiB of ignored paths in all.
+  kib=$(du -sk "$deps" | cut -f1)
+  echo ".deps: $((kib / 1024)) MiB"
+  if ((kib > 60 * 1024)); then
+    echo "error: .deps is over 60 MiB; the device tool's carry limit is 64 MiB in all" >&2
+    exit 1
+  fi
   exit 0
 fi
 
-gb=16
+gb=4
 [[ "${1:-}" == "--gb" ]] && gb=$2
 build=$root/build-gpu
 log=${OUT:-$build}
@@ -48,11 +56,42 @@ mkdir -p "$build" "$log"
 start=$SECONDS
 step() { printf '\n== %s (%d s)\n' "$*" $((SECONDS - start)); }
 
+# "x.y.z" >= "a.b.c"
+version_at_least() { [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" == "$2" ]]; }
+
 step "machine"
-nvidia-smi -L 2>&1 || true
+if command -v nvidia-smi >/dev/null; then
+  # Exclusive_Process lets one process hold the GPU: the ipc tests put a trainer and a worker
+  # on it together, and would fail with cudaErrorDevicesUnavailable.
+  nvidia-smi --query-gpu=index,name,compute_mode,memory.total,driver_version --format=csv,noheader ||
+    true
+  if nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qi exclusive; then
+    echo "warning: a GPU is in an exclusive compute mode; the ipc suites need two processes on it"
+  fi
+else
+  echo "nvidia-smi is not on PATH"
+fi
 python3 -c 'import torch; print("python3 torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1 ||
   echo "python3 has no torch: CMake takes the libtorch it finds (a CPU one cannot run the GPU tests)"
-nvcc --version | tail -1
+cuda_root=${CUDA_HOME:-/usr/local/cuda}
+nvcc=$(command -v nvcc || true)
+[[ -z "$nvcc" && -x "$cuda_root/bin/nvcc" ]] && nvcc=$cuda_root/bin/nvcc
+if [[ -n "$nvcc" ]]; then
+  "$nvcc" --version | tail -1 || true
+else
+  echo "nvcc: not on PATH nor in $cuda_root/bin; CMake looks for the CUDA toolkit in $cuda_root"
+fi
+# What the build needs, checked before minutes go into it.
+cmake_version=$(cmake --version 2>/dev/null | awk 'NR == 1 { print $3 }')
+cxx=${CXX:-$(command -v g++ || command -v c++ || true)}
+cxx_version=$([[ -n "$cxx" ]] && "$cxx" -dumpfullversion 2>/dev/null || true)
+echo "cmake ${cmake_version:-missing}, C++ compiler ${cxx:-missing} ${cxx_version}"
+if [[ -z "$cmake_version" ]] || ! version_at_least "$cmake_version" 3.25; then
+  echo "error: hotswap needs cmake 3.25 or newer" >&2; exit 1
+fi
+if [[ -z "$cxx_version" ]] || { "$cxx" --version | grep -q 'g++\|GCC' && ! version_at_least "$cxx_version" 12; }; then
+  echo "error: hotswap needs a C++20 compiler (g++ 12 or newer)" >&2; exit 1
+fi
 
 prefix_args=()
 if compgen -G "$deps/*.deb" >/dev/null; then
@@ -82,7 +121,7 @@ fi
 
 step "configure (CUDA on, python3's torch)"
 if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHOTSWAP_WITH_CUDA=ON \
-  -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" "${prefix_args[@]}" >"$log/configure.log" 2>&1; then
+  -DCUDAToolkit_ROOT="$cuda_root" "${prefix_args[@]}" >"$log/configure.log" 2>&1; then
   tail -30 "$log/configure.log"; echo "configure failed"; exit 1
 fi
 grep -E '^-- hotswap' "$log/configure.log" || true
@@ -92,9 +131,24 @@ if ! cmake --build "$build" -j"$(nproc)" >"$log/build.log" 2>&1; then
   grep -E -m 20 -A3 'error' "$log/build.log" || tail -30 "$log/build.log"; echo "build failed"; exit 1
 fi
 
-step "GPU tests"
+step "GPU suites, one line each"
 status=0
-(cd "$build" && ctest --output-on-failure -R '^(gpu\.|transport\.nccl)' 2>&1 | tee "$log/gpu-tests.log") || status=1
+gpu_suite() {  # binary suite: runs it alone, says what happened in one line
+  local binary=$1 suite=$2 rc=0
+  timeout 300 "$build/tests/$binary" --run_test="$suite" >"$log/$suite.log" 2>&1 || rc=$?
+  case $rc in
+    0) echo "$suite: ran, passed" ;;
+    77) echo "$suite: skipped: $(grep -m1 -o 'SKIPPED: .*' "$log/$suite.log" | cut -c10-)" ;;
+    124) echo "$suite: FAILED: timed out after 300 s (log: $suite.log)"; status=1 ;;
+    *) echo "$suite: FAILED (exit $rc): $(grep -m1 -E 'error|fatal' "$log/$suite.log" | cut -c1-200)"
+       status=1 ;;
+  esac
+}
+gpu_suite hotswap_transport_tests device_sync
+gpu_suite hotswap_transport_tests nccl_communicator
+gpu_suite hotswap_gpu_tests generation_gpu
+gpu_suite hotswap_gpu_tests ipc_gpu
+gpu_suite hotswap_gpu_tests nccl_gpu
 
 step "every other suite (on the GPU machine's CPUs)"
 (cd "$build" && ctest -j8 -E '^gpu\.' 2>&1 | tee "$log/tests.log" | tail -5) || status=1

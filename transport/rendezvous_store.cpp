@@ -1,5 +1,7 @@
 #include "transport/rendezvous_store.hpp"
 
+#include <signal.h>
+
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "protocol/errors.hpp"
@@ -12,11 +14,19 @@ std::string Rendezvous::describe() const {
          " of " + std::to_string(world_size);
 }
 
+void keep_broken_pipes_from_killing_the_process() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 RendezvousStore::RendezvousStore(const Rendezvous& r) : rendezvous_(r) {
   if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size) {
     throw protocol::ValueError("rank " + std::to_string(r.rank) + " is outside world_size " +
                                std::to_string(r.world_size));
   }
+  keep_broken_pipes_from_killing_the_process();
   if (r.master_port < 1 || r.master_port > 65535) {
     throw protocol::ValueError("master_port " + std::to_string(r.master_port) +
                                " is not a TCP port");

@@ -27,6 +27,13 @@ class TCPStore;
 
 namespace hotswap::transport {
 
+// c10d's store and gloo's pairs write to TCP sockets that may raise SIGPIPE when the peer is
+// gone (a worker killed mid-round), and SIGPIPE's default action ends the process without a
+// word, where the call should fail with EPIPE. Python processes ignore SIGPIPE already; a C++
+// process that left it at its default gets it ignored here, once a rendezvous starts. A handler
+// someone installed stays. (hotswap-worker ignores it from the start.)
+void keep_broken_pipes_from_killing_the_process();
+
 struct Rendezvous {
   std::string master_address;
   int master_port = 0;

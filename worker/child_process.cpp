@@ -64,6 +64,7 @@ std::vector<std::string> ChildProcess::take_lines() {
 int ChildProcess::finish(int status) {
   pid_ = -1;
   status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  signal_ = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   while (read_output(std::chrono::milliseconds(0))) {
   }
   return status_;

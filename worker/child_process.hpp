@@ -35,6 +35,8 @@ class ChildProcess {
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
   // SIGTERM, then SIGKILL after `grace`. Returns the exit status (-1 if killed by a signal).
   int stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+  // The signal that ended the process, 0 if it exited (or has not ended): for diagnostics.
+  int term_signal() const { return signal_; }
 
  private:
   int finish(int status);
@@ -42,6 +44,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int out_ = -1;
   int status_ = -1;
+  int signal_ = 0;
   std::string output_;
   std::size_t taken_ = 0;
 };

@@ -180,7 +180,9 @@ void kill_worker_mid_round(const std::string& backend) {
   // The cause: one line from hotswap-trainer, and no backtrace anywhere.
   const std::string& out = trainer.output();
   auto cause = out.find("hotswap-trainer: ", out.find("fault injection") + 1);
-  BOOST_REQUIRE_MESSAGE(cause != std::string::npos, out);
+  BOOST_REQUIRE_MESSAGE(cause != std::string::npos, "exit status " << status << ", signal "
+                                                                   << trainer.term_signal() << ": "
+                                                                   << out);
   const std::string rest = out.substr(cause);
   BOOST_TEST(rest.find('\n') == rest.size() - 1, "more than one line: " << rest);
   BOOST_TEST(out.find("Exception raised from") == std::string::npos, out);

@@ -2,6 +2,10 @@
 
 #include <boost/test/unit_test.hpp>
 
+#ifdef HOTSWAP_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <torch/version.h>
 
 #include "protocol/errors.hpp"
@@ -62,6 +66,38 @@ BOOST_AUTO_TEST_CASE(gpu_runtime_reports_what_the_build_and_machine_offer) {
   } else {
     BOOST_CHECK_NO_THROW(transport::synchronize_device(c10::Device(c10::kCUDA, 0)));
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_device_scope_sets_the_current_gpu_and_restores_the_one_before) {
+  BOOST_CHECK_NO_THROW(transport::DeviceScope(c10::Device(c10::kCPU)));  // nothing to set
+  BOOST_TEST(transport::cuda_index(c10::Device(c10::kCUDA)) == 0);
+  BOOST_TEST(transport::cuda_index(c10::Device(c10::kCUDA, 3)) == 3);
+  const auto info = transport::gpu_runtime_info();
+  if (!info.built_with_cuda) return;  // a no-op without CUDA
+  if (info.device_count == 0) {
+    HOTSWAP_CHECK_THROW_MSG(transport::DeviceScope(c10::Device(c10::kCUDA, 0)),
+                            protocol::TransferError, "cudaSetDevice(");
+    return;
+  }
+#ifdef HOTSWAP_WITH_CUDA
+  auto current = [] {
+    int d = -1;
+    cudaGetDevice(&d);
+    return d;
+  };
+  const int last = info.device_count - 1;
+  cudaSetDevice(0);
+  {
+    transport::DeviceScope scope(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(last)));
+    BOOST_TEST(current() == last);
+    {
+      transport::DeviceScope inner(c10::Device(c10::kCUDA, 0));
+      BOOST_TEST(current() == 0);
+    }
+    BOOST_TEST(current() == last);
+  }
+  BOOST_TEST(current() == 0);
+#endif
 }
 
 BOOST_AUTO_TEST_SUITE_END()
