@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/model_config.hpp"
+#include "transport/unique_fd.hpp"
 
 namespace hotswap::bench {
 
@@ -33,11 +34,10 @@ inline std::uint64_t plain_read(const std::filesystem::path& dir) {
   std::uint64_t total = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".safetensors") continue;
-    int fd = ::open(entry.path().c_str(), O_RDONLY);
-    if (fd < 0) continue;
-    for (ssize_t n; (n = ::read(fd, buffer.data(), buffer.size())) > 0;)
+    transport::UniqueFd fd(::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) continue;
+    for (ssize_t n; (n = ::read(fd.get(), buffer.data(), buffer.size())) > 0;)
       total += static_cast<std::uint64_t>(n);
-    ::close(fd);
   }
   return total;
 }

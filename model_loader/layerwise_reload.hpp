@@ -1,8 +1,9 @@
 // LayerwiseReload: one weight-update session over a ParameterStore (vLLM's layerwise reload,
 // start → loads → finish), in either of two modes:
 //
-// - staged: every touched runtime parameter gets a shadow (a copy of the live tensor, so the
-//   rows a round does not deliver keep their old values); loads land in the shadow while
+// - staged: every touched runtime parameter gets a shadow (uninitialized, recycled from the
+//   tensor the previous commit replaced; at commit, the rows a round did not deliver are copied
+//   in from the live tensor, so they keep their old values); loads land in the shadow while
 //   generation keeps reading the live tensors; finish swaps all shadows in at once. An error or
 //   an abort drops the shadows: the live weights are untouched.
 // - inplace: loads land in the live tensors (generation must be paused); a failure leaves the

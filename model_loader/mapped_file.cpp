@@ -10,22 +10,10 @@
 
 #include "protocol/errors.hpp"
 #include "transport/posix_check.hpp"
+#include "transport/unique_fd.hpp"
 
 namespace hotswap::model_loader {
 namespace {
-
-// Closes a descriptor if a later step of opening fails.
-struct FdGuard {
-  int fd;
-  explicit FdGuard(int f) : fd(f) {}
-  FdGuard(FdGuard&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() { return std::exchange(fd, -1); }
-};
 
 std::uint8_t* map(int fd, std::size_t size, int prot, int flags, const std::string& path) {
   if (size == 0) return nullptr;
@@ -45,10 +33,10 @@ const char* file_kind(mode_t mode) {
 
 // Opens `path` for reading only when it is a regular file. O_NONBLOCK: opening a FIFO for
 // reading would otherwise wait for a writer forever, before fstat could refuse it.
-FdGuard open_regular(const std::string& path, struct stat& st) {
-  FdGuard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
-  HOTSWAP_POSIX_CHECK(fd.fd, "open", path);
-  HOTSWAP_POSIX_CHECK(::fstat(fd.fd, &st), "stat", path);
+transport::UniqueFd open_regular(const std::string& path, struct stat& st) {
+  transport::UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
+  HOTSWAP_POSIX_CHECK(fd.get(), "open", path);
+  HOTSWAP_POSIX_CHECK(::fstat(fd.get(), &st), "stat", path);
   if (!S_ISREG(st.st_mode)) {
     throw protocol::ValueError(path + " is " + file_kind(st.st_mode) +
                                "; hotswap reads only regular files");
@@ -60,7 +48,7 @@ FdGuard open_regular(const std::string& path, struct stat& st) {
 
 std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
   struct stat st {};
-  FdGuard fd = open_regular(path, st);
+  transport::UniqueFd fd = open_regular(path, st);
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
     throw protocol::ValueError(path + " is " + std::to_string(st.st_size) +
                                " bytes, over the limit of " + std::to_string(max_bytes) +
@@ -69,7 +57,7 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
   std::string text(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t done = 0;
   while (done < text.size()) {
-    ssize_t n = ::read(fd.fd, text.data() + done, text.size() - done);
+    ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     HOTSWAP_POSIX_CHECK(n, "read", path);
     if (n == 0) break;  // it shrank while read: what is there is all there is
@@ -81,18 +69,18 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
 
 MappedFile MappedFile::open_read_only(const std::string& path) {
   struct stat st {};
-  FdGuard fd = open_regular(path, st);
+  transport::UniqueFd fd = open_regular(path, st);
   auto size = static_cast<std::size_t>(st.st_size);
-  std::uint8_t* data = map(fd.fd, size, PROT_READ, MAP_PRIVATE, path);
-  return MappedFile(path, fd.release(), data, size);
+  std::uint8_t* data = map(fd.get(), size, PROT_READ, MAP_PRIVATE, path);
+  return MappedFile(path, std::move(fd), data, size);
 }
 
 MappedFile MappedFile::create(const std::string& path, std::size_t size) {
-  FdGuard fd{::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  HOTSWAP_POSIX_CHECK(fd.fd, "create", path);
-  HOTSWAP_POSIX_CHECK(::ftruncate(fd.fd, static_cast<off_t>(size)), "resize", path);
-  std::uint8_t* data = map(fd.fd, size, PROT_READ | PROT_WRITE, MAP_SHARED, path);
-  return MappedFile(path, fd.release(), data, size);
+  transport::UniqueFd fd{::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  HOTSWAP_POSIX_CHECK(fd.get(), "create", path);
+  HOTSWAP_POSIX_CHECK(::ftruncate(fd.get(), static_cast<off_t>(size)), "resize", path);
+  std::uint8_t* data = map(fd.get(), size, PROT_READ | PROT_WRITE, MAP_SHARED, path);
+  return MappedFile(path, std::move(fd), data, size);
 }
 
 void MappedFile::sync() {
@@ -101,9 +89,8 @@ void MappedFile::sync() {
 
 void MappedFile::release() noexcept {
   if (data_ != nullptr) ::munmap(data_, size_);
-  if (fd_ >= 0) ::close(fd_);
+  fd_.reset();
   data_ = nullptr;
-  fd_ = -1;
 }
 
 MappedFile::~MappedFile() {
@@ -112,7 +99,7 @@ MappedFile::~MappedFile() {
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
-      fd_(std::exchange(other.fd_, -1)),
+      fd_(std::move(other.fd_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)) {}
 
@@ -120,7 +107,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
+    fd_ = std::move(other.fd_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }

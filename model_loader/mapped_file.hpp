@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "transport/unique_fd.hpp"
 
 namespace hotswap::model_loader {
 
@@ -32,12 +35,12 @@ class MappedFile {
   void sync();
 
  private:
-  MappedFile(std::string path, int fd, std::uint8_t* data, std::size_t size)
-      : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
+  MappedFile(std::string path, transport::UniqueFd fd, std::uint8_t* data, std::size_t size)
+      : path_(std::move(path)), fd_(std::move(fd)), data_(data), size_(size) {}
   void release() noexcept;
 
   std::string path_;
-  int fd_ = -1;
+  transport::UniqueFd fd_;
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };

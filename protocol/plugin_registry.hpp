@@ -25,8 +25,10 @@ class PluginRegistry<Result(Args...)> {
   using Creator = std::function<Result(Args...)>;
   using CreatorFunction = Result (*)(Args...);  // what a plugin's symbol must be
 
-  // `available_label` finishes vLLM's message: "Available engines: [...]".
-  explicit PluginRegistry(std::string available_label) : label_(std::move(available_label)) {}
+  // `entry_kind` opens vLLM's duplicate message ("Weight transfer engine 'x' is already
+  // registered."); `available_label` finishes its unknown-name one ("Available engines: [...]").
+  PluginRegistry(std::string entry_kind, std::string available_label)
+      : kind_(std::move(entry_kind)), label_(std::move(available_label)) {}
 
   void register_engine(const std::string& name, Creator creator) {
     std::lock_guard lock(mutex_);
@@ -97,7 +99,7 @@ class PluginRegistry<Result(Args...)> {
 
   void check_new(const std::string& name) const {
     if (find(name) != nullptr) {
-      throw ValueError("Weight transfer engine '" + name + "' is already registered.");
+      throw ValueError(kind_ + " '" + name + "' is already registered.");
     }
   }
 
@@ -111,6 +113,7 @@ class PluginRegistry<Result(Args...)> {
     return out + "]";
   }
 
+  std::string kind_;
   std::string label_;
   mutable std::mutex mutex_;
   std::vector<Entry> entries_;

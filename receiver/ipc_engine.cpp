@@ -3,11 +3,9 @@
 #include <ATen/ops/empty.h>
 
 #include "protocol/errors.hpp"
-#include "transport/torch_dtype.hpp"
-#ifdef HOTSWAP_WITH_CUDA
 #include "transport/cuda_ipc.hpp"
-#include "transport/cuda_stream.hpp"
-#endif
+#include "transport/device.hpp"
+#include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
 namespace {
@@ -49,31 +47,23 @@ std::vector<IpcSource> locate_ipc_sources(const protocol::IpcUpdateInfo& info,
 }
 
 struct IpcWeightTransferEngine::Mappings {
-#ifdef HOTSWAP_WITH_CUDA
   std::map<std::vector<std::uint8_t>, transport::IpcMapping> open;
-#endif
   // Unmaps every export. A receive that failed part-way may have left copies out of them in
   // flight: they finish before the trainer's memory goes away under them.
   void clear(const c10::Device& device) {
-#ifdef HOTSWAP_WITH_CUDA
     if (open.empty()) return;
     try {
       transport::synchronize_device(device);
     } catch (...) {  // a failed device fails the copies too; unmapping is still right
     }
     open.clear();
-#else
-    (void)device;
-#endif
   }
 };
 
 IpcWeightTransferEngine::IpcWeightTransferEngine(EngineContext context)
-    : TypedWeightTransferEngine(std::move(context)), mappings_(std::make_unique<Mappings>()) {
-#ifdef HOTSWAP_WITH_CUDA
-  uuid_ = transport::device_uuid(transport::cuda_index(device()));
-#endif
-}
+    : TypedWeightTransferEngine(std::move(context)),
+      mappings_(std::make_unique<Mappings>()),
+      uuid_(transport::device_uuid(transport::cuda_index(device()))) {}
 
 IpcWeightTransferEngine::~IpcWeightTransferEngine() = default;
 
@@ -97,11 +87,9 @@ void IpcWeightTransferEngine::shutdown() {
 
 void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& update_info) {
   const auto sources = locate_ipc_sources(update_info, uuid_);  // every check before any copy
-#ifdef HOTSWAP_WITH_CUDA
   const int index = transport::cuda_index(device());
-  // The update's caller synchronizes the device before it answers; the trainer reuses or frees
-  // its memory only after that answer.
-  const cudaStream_t copies = transport::torch_current_stream(index);
+  // Copies are queued on libtorch's current stream; the update's caller synchronizes the device
+  // before it answers, and the trainer reuses or frees its memory only after that answer.
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& p = update_info.params[i];
     const auto& source = sources[i];
@@ -119,34 +107,25 @@ void IpcWeightTransferEngine::receive_weights(const protocol::IpcUpdateInfo& upd
     const auto type = transport::to_scalar_type(p.dtype);
     // Straight into the staged copy where the model takes the bytes as they are.
     if (auto destination = model().destination_for(p.name, type, p.shape)) {
-      transport::copy_device_bytes(destination->data_ptr(), from, source.bytes, copies);
+      transport::copy_device_bytes(destination->data_ptr(), from, source.bytes, index);
       model().mark_received(p.name);
     } else {
       at::Tensor t = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
-      transport::copy_device_bytes(t.data_ptr(), from, source.bytes, copies);
+      transport::copy_device_bytes(t.data_ptr(), from, source.bytes, index);
       model().load_weights({{p.name, t}});
     }
     add_bytes_received(source.bytes);
   }
-#else
-  throw protocol::RuntimeError("the ipc backend needs a GPU build of hotswap");
-#endif
 }
 
 std::unique_ptr<WeightTransferEngine> make_ipc_engine(const EngineContext& context) {
-#ifndef HOTSWAP_WITH_CUDA
-  (void)context;
-  throw protocol::ValueError(
-      "the ipc backend needs a GPU build of hotswap; this one was built without CUDA and NCCL "
-      "(configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
-#else
+  if (!transport::built_with_cuda()) transport::throw_needs_gpu_build("the ipc backend needs");
   if (!context.device.is_cuda()) {
     throw protocol::ValueError(
         "the ipc backend reads a colocated trainer's GPU memory, but this worker runs on " +
         context.device.str() + "; start it with --device cuda:N");
   }
   return std::make_unique<IpcWeightTransferEngine>(context);
-#endif
 }
 
 }  // namespace hotswap::receiver

@@ -50,7 +50,7 @@ class IpcWeightTransferEngine final
  private:
   struct Mappings;  // the opened allocations, by handle bytes (GPU builds)
   std::unique_ptr<Mappings> mappings_;
-  std::string uuid_;  // this worker's GPU
+  const std::string uuid_;  // this worker's GPU
 };
 
 std::unique_ptr<WeightTransferEngine> make_ipc_engine(const EngineContext& context);

@@ -4,30 +4,24 @@
 
 #include "protocol/errors.hpp"
 #include "receiver/sparse_broadcast_engine.hpp"
+#include "transport/device.hpp"
+#include "transport/nccl_communicator.hpp"
 #include "transport/nccl_unique_id.hpp"
 #include "transport/rendezvous_store.hpp"
-#ifdef HOTSWAP_WITH_CUDA
-#include "transport/nccl_communicator.hpp"
-#endif
 
 namespace hotswap::receiver {
 namespace {
 
 // Where an NCCL backend can run at all; otherwise what to change, said at start.
 void require_gpu(const EngineContext& context, const char* backend) {
-#ifndef HOTSWAP_WITH_CUDA
-  (void)context;
-  throw protocol::ValueError(std::string("the ") + backend +
-                             " backend needs a GPU build of hotswap; this one was built without "
-                             "CUDA and NCCL (configure with -DHOTSWAP_WITH_CUDA=ON on a machine "
-                             "that has them)");
-#else
+  if (!transport::built_with_cuda()) {
+    transport::throw_needs_gpu_build(std::string("the ") + backend + " backend needs");
+  }
   if (!context.device.is_cuda()) {
     throw protocol::ValueError(std::string("the ") + backend +
                                " backend moves weights between GPUs, but this worker runs on " +
                                context.device.str() + "; start it with --device cuda:N");
   }
-#endif
 }
 
 }  // namespace
@@ -45,14 +39,10 @@ BroadcastWeightTransferEngine::CommunicatorFactory nccl_communicator_factory(c10
                                 static_cast<int>(info.world_size), timeout});
       id = transport::unique_id_from_pickle(store->get(transport::stateless_broadcast_key(0, 0)));
     }
-#ifdef HOTSWAP_WITH_CUDA
     return std::make_unique<transport::NcclCommunicator>(
-        transport::NcclSetup{id, rank, static_cast<int>(info.world_size), device.index(), timeout},
+        transport::NcclSetup{id, rank, static_cast<int>(info.world_size),
+                             transport::cuda_index(device), timeout},
         std::move(store));
-#else
-    (void)device;
-    throw protocol::ValueError("NCCL communicators need a GPU build of hotswap");
-#endif
   };
 }
 

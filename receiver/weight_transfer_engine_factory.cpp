@@ -16,7 +16,7 @@ using Registry = protocol::PluginRegistry<WeightTransferEngineFactory::CreatorSi
 // The built-in engines are registered when the registry is first used, as vLLM registers its
 // own at import.
 Registry& registry() {
-  static Registry instance("engines");
+  static Registry instance("Weight transfer engine", "engines");
   static const bool builtins_registered = [] {
     instance.register_engine("disk", [](const EngineContext& context) {
       return std::unique_ptr<WeightTransferEngine>(

@@ -24,5 +24,17 @@ forbid trainer_sdk 'receiver/|worker/' "trainer_sdk meets the worker only in pro
 # nothing else of it: no model code on the trainer side.
 hits=$(grep -rnE '#include "model_loader/' "$root/trainer_sdk" | grep -vE 'model_loader/(safetensors_writer|safetensors_file|mapped_file|checkpoint)\.hpp')
 if [ -n "$hits" ]; then echo "layering: trainer_sdk/ may use only model_loader's safetensors files:"; echo "$hits"; status=1; fi
+# CUDA lives in transport/: everywhere else a GPU feature is a transport/ call that throws
+# "needs a GPU build" without CUDA, never a conditional or a CUDA header. (bench/ and tests/
+# may ask: a GPU benchmark or test exists only in a GPU build.)
+for folder in protocol model_loader receiver worker trainer_sdk; do
+  hits=$(grep -rnE 'HOTSWAP_WITH_CUDA|#include [<"](cuda|cuda_runtime|cuda_runtime_api|nccl)\.h|#include "transport/(cuda_check|cuda_stream)\.hpp' \
+    "$root/$folder" --include='*.hpp' --include='*.cpp' --include='*.h' 2>/dev/null)
+  if [ -n "$hits" ]; then
+    echo "layering: $folder/ must leave CUDA to transport/ (no HOTSWAP_WITH_CUDA, no CUDA headers):"
+    echo "$hits"
+    status=1
+  fi
+done
 [ $status -eq 0 ] && echo "layering: every dependency arrow holds"
 exit $status

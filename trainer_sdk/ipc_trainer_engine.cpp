@@ -4,24 +4,16 @@
 #include "protocol/errors.hpp"
 #include "protocol/ipc_info.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
-#ifdef HOTSWAP_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "transport/cuda_check.hpp"
 #include "transport/cuda_ipc.hpp"
-#include "transport/cuda_stream.hpp"
 #include "transport/device.hpp"
-#endif
 
 namespace hotswap::trainer_sdk {
 
 struct IpcTrainerEngine::Buffer {
-#ifdef HOTSWAP_WITH_CUDA
   Buffer(std::size_t bytes, int device)
       : memory(bytes, device), handle(transport::export_device_memory(memory.data(), bytes)) {}
   transport::DeviceBuffer memory;
   protocol::IpcHandle handle;  // exported once, reused for every chunk
-#endif
 };
 
 IpcTrainerEngine::IpcTrainerEngine(std::shared_ptr<WeightSyncClient> client,
@@ -35,12 +27,9 @@ IpcTrainerEngine::~IpcTrainerEngine() = default;
 std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
     const IpcTrainerInitInfo& info, std::shared_ptr<WeightSyncClient> client,
     std::shared_ptr<WeightSource> source) {
-#ifndef HOTSWAP_WITH_CUDA
-  (void)info, (void)client, (void)source;
-  throw protocol::ValueError(
-      "the ipc trainer engine needs a GPU build of hotswap; this one was built without CUDA and "
-      "NCCL (configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
-#else
+  if (!transport::built_with_cuda()) {
+    transport::throw_needs_gpu_build("the ipc trainer engine needs");
+  }
   if (!source) throw protocol::ValueError("IPC trainer weight transfer requires a WeightSource.");
   if (info.packed && info.packed_buffer_size_bytes < 1) {
     throw protocol::ValueError("packed_buffer_size_bytes must be positive, got " +
@@ -54,7 +43,6 @@ std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
   }
   client->init_weight_transfer_engine(protocol::IpcInitInfo{info.packed}.to_json());
   return engine;
-#endif
 }
 
 void IpcTrainerEngine::send_weights() {
@@ -71,7 +59,6 @@ void IpcTrainerEngine::send_weights() {
 }
 
 void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& meta) {
-#ifdef HOTSWAP_WITH_CUDA
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(info_.device));
   transport::DeviceScope scope(device);
   const std::string uuid = transport::device_uuid(info_.device);
@@ -90,23 +77,17 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
   stream.finish();
   // Every write to the tensors has landed, on whichever stream made it, before the worker (in
   // another process, unordered with this one's streams) reads them.
-  HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+  transport::synchronize_device(device);
   client().start_weight_update();
   client().update_weights(update.to_json());
   client().finish_weight_update(round_version());
-#else
-  (void)meta;
-#endif
 }
 
 void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta) {
-#ifdef HOTSWAP_WITH_CUDA
   if (!buffer_) throw protocol::RuntimeError("the IPC buffer is closed; call trainer_init again");
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(info_.device));
   transport::DeviceScope scope(device);
   const std::string uuid = transport::device_uuid(info_.device);
-  // Copies go on the stream the caller's tensors were written on, so each reads them whole.
-  const cudaStream_t copies = transport::torch_current_stream(info_.device);
   const auto plan =
       protocol::plan_ipc_chunks(meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
   CheckedStream stream(source()->iter(), meta, device);
@@ -116,22 +97,20 @@ void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta)
     update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
     for (const auto& slice : chunk.slices) {
       at::Tensor t = stream.next();
+      // On the stream the caller's tensors were written on, so that each is read whole.
       transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(), slice.size,
-                                   copies);
+                                   info_.device);
       update.params.push_back(meta[slice.param_index]);
       update.tensor_sizes.push_back(slice.size);
     }
     // A device-to-device copy does not make the host wait: the chunk must be whole before its
     // handle goes out, or the worker, in another process, reads it half-written.
-    HOTSWAP_CUDA_CHECK(cudaStreamSynchronize(copies));
+    transport::wait_for_current_stream(info_.device);
     // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
     client().update_weights(update.to_json());
   }
   stream.finish();
   client().finish_weight_update(round_version());
-#else
-  (void)meta;
-#endif
 }
 
 void IpcTrainerEngine::shutdown() {

@@ -44,7 +44,7 @@ class IpcTrainerEngine final : public TrainerWeightTransferEngine {
   void send_packed(const std::vector<protocol::ParamMeta>& meta);
 
   IpcTrainerInitInfo info_;
-  struct Buffer;  // the packed buffer (GPU builds)
+  struct Buffer;  // the packed buffer
   std::unique_ptr<Buffer> buffer_;
 };
 

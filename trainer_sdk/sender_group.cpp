@@ -4,11 +4,10 @@
 #include "protocol/errors.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/round_hook.hpp"
+#include "transport/device.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "transport/nccl_unique_id.hpp"
-#ifdef HOTSWAP_WITH_CUDA
 #include "transport/nccl_communicator.hpp"
-#endif
+#include "transport/nccl_unique_id.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -20,13 +19,9 @@ c10::Device SenderGroup::tensor_device() const {
 std::unique_ptr<transport::Communicator> open_group_as_sender(
     const std::shared_ptr<WeightSyncClient>& client, protocol::NcclInitInfo worker_init_info,
     const SenderGroup& group, std::chrono::milliseconds timeout) {
-#ifndef HOTSWAP_WITH_CUDA
-  if (group.kind == SenderGroup::Kind::kNccl) {
-    throw protocol::ValueError(
-        "NCCL trainer engines need a GPU build of hotswap; this one was built without CUDA and "
-        "NCCL (configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
+  if (group.kind == SenderGroup::Kind::kNccl && !transport::built_with_cuda()) {
+    transport::throw_needs_gpu_build("NCCL trainer engines need");
   }
-#else
   transport::NcclUniqueId id{};
   if (group.kind == SenderGroup::Kind::kNccl) id = transport::new_nccl_unique_id();
   if (group.kind == SenderGroup::Kind::kNccl && group.nccl_unique_id) {
@@ -35,7 +30,6 @@ std::unique_ptr<transport::Communicator> open_group_as_sender(
     worker_init_info.nccl_unique_id.assign(id.begin(), id.end());
     worker_init_info.nccl_unique_id_b64 = protocol::base64_encode(id);
   }
-#endif
   const transport::Rendezvous rendezvous{worker_init_info.master_address.value_or(""),
                                          static_cast<int>(worker_init_info.master_port.value_or(0)),
                                          0, static_cast<int>(worker_init_info.world_size), timeout};
@@ -47,7 +41,6 @@ std::unique_ptr<transport::Communicator> open_group_as_sender(
     if (group.kind == SenderGroup::Kind::kGloo) {
       communicator = std::make_unique<transport::GlooCommunicator>(rendezvous);
     } else {
-#ifdef HOTSWAP_WITH_CUDA
       std::unique_ptr<transport::RendezvousStore> store;
       if (!group.nccl_unique_id) {
         // vLLM's StatelessProcessGroup.broadcast_obj of the id: the group's first broadcast.
@@ -57,7 +50,6 @@ std::unique_ptr<transport::Communicator> open_group_as_sender(
       communicator = std::make_unique<transport::NcclCommunicator>(
           transport::NcclSetup{id, 0, rendezvous.world_size, group.device, timeout},
           std::move(store));
-#endif
     }
   } catch (...) {
     init.rethrow_if_failed();

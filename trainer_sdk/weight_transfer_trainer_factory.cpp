@@ -14,7 +14,7 @@ using Registry = protocol::PluginRegistry<WeightTransferTrainerFactory::CreatorS
 
 // The built-in trainer engines are registered when the registry is first used.
 Registry& registry() {
-  static Registry instance("trainer engines");
+  static Registry instance("Weight transfer trainer engine", "trainer engines");
   static const bool builtins_registered = [] {
     instance.register_engine(std::string(GlooTrainerInitInfo::backend),
                              WeightTransferTrainerFactory::creator_for<BroadcastTrainerEngine>());

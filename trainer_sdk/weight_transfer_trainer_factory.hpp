@@ -25,7 +25,7 @@ class WeightTransferTrainerFactory {
       const TrainerInitInfo&, std::shared_ptr<WeightSyncClient>, std::shared_ptr<WeightSource>);
   using Creator = std::function<CreatorSignature>;
 
-  // Duplicate names are a ValueError: "Weight transfer engine 'x' is already registered."
+  // Duplicate names are a ValueError: "Weight transfer trainer engine 'x' is already registered."
   static void register_engine(const std::string& name, Creator creator);
   static void register_engine(const std::string& name, std::string library_path,
                               std::string symbol);

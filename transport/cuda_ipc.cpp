@@ -2,6 +2,9 @@
 
 #include <cstdio>
 
+#include "protocol/errors.hpp"
+#include "transport/device.hpp"
+
 #ifdef HOTSWAP_WITH_CUDA
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -9,9 +12,8 @@
 #include <cstring>
 #include <utility>
 
-#include "protocol/errors.hpp"
 #include "transport/cuda_check.hpp"
-#include "transport/device.hpp"
+#include "transport/cuda_stream.hpp"
 #endif
 
 namespace hotswap::transport {
@@ -25,7 +27,33 @@ std::string format_gpu_uuid(const std::array<std::uint8_t, 16>& b) {
   return text;
 }
 
-#ifdef HOTSWAP_WITH_CUDA
+#ifndef HOTSWAP_WITH_CUDA
+
+std::string device_uuid(int) {
+  throw_needs_gpu_build("naming a GPU needs");
+}
+protocol::IpcHandle export_device_memory(const void*, std::size_t) {
+  throw_needs_gpu_build("CUDA IPC needs");
+}
+IpcMapping::IpcMapping(const std::vector<std::uint8_t>&, int) {
+  throw_needs_gpu_build("CUDA IPC needs");
+}
+IpcMapping::~IpcMapping() = default;
+IpcMapping::IpcMapping(IpcMapping&&) noexcept = default;
+IpcMapping& IpcMapping::operator=(IpcMapping&&) noexcept = default;
+void IpcMapping::close() noexcept {}
+DeviceBuffer::DeviceBuffer(std::size_t, int) {
+  throw_needs_gpu_build("GPU buffers need");
+}
+DeviceBuffer::~DeviceBuffer() = default;
+void copy_device_bytes(void*, const void*, std::size_t, int) {
+  throw_needs_gpu_build("copies between GPU buffers need");
+}
+void wait_for_current_stream(int) {
+  throw_needs_gpu_build("waiting for a GPU stream needs");
+}
+
+#else
 
 std::string device_uuid(int device) {
   cudaDeviceProp properties{};
@@ -157,6 +185,14 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(bytes) {
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) cudaFree(data_);
+}
+
+void copy_device_bytes(void* destination, const void* source, std::size_t bytes, int device) {
+  copy_device_bytes(destination, source, bytes, torch_current_stream(device));
+}
+
+void wait_for_current_stream(int device) {
+  HOTSWAP_CUDA_CHECK(cudaStreamSynchronize(torch_current_stream(device)));
 }
 
 #endif

@@ -4,6 +4,9 @@
 // caching allocator lives inside a larger block, and a handle always names the whole block),
 // and its size.
 //
+// Declared in every build; in a build without CUDA each call (and each constructor) throws the
+// "needs a GPU build" ValueError.
+//
 // GPUs are named by the UUID string torch prints for `get_device_properties(i).uuid`
 // (lowercase 8-4-4-4-12 hex, no "GPU-" prefix): that is how vLLM keys handles.
 #pragma once
@@ -21,7 +24,6 @@ namespace hotswap::transport {
 // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for a 16-byte UUID (every build: tested everywhere).
 std::string format_gpu_uuid(const std::array<std::uint8_t, 16>& bytes);
 
-#ifdef HOTSWAP_WITH_CUDA
 // The UUID of CUDA device `device`, formatted as above.
 std::string device_uuid(int device);
 
@@ -69,6 +71,13 @@ class DeviceBuffer {
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
 };
-#endif
+
+// Byte copy between device pointers on GPU `device`, queued on libtorch's current stream there:
+// after the work that wrote the source through libtorch, before the work that reads the
+// destination. Asynchronous to the host, as every device-to-device copy is.
+void copy_device_bytes(void* destination, const void* source, std::size_t bytes, int device);
+
+// Blocks until libtorch's current stream on GPU `device` has run everything queued on it.
+void wait_for_current_stream(int device);
 
 }  // namespace hotswap::transport

@@ -15,6 +15,20 @@
 
 namespace hotswap::transport {
 
+bool built_with_cuda() {
+#ifdef HOTSWAP_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+void throw_needs_gpu_build(const std::string& subject) {
+  throw protocol::ValueError(subject +
+                             " a GPU build of hotswap; this one was built without CUDA and NCCL "
+                             "(configure with -DHOTSWAP_WITH_CUDA=ON on a machine that has them)");
+}
+
 c10::Device parse_device(const std::string& name) {
   const std::string flag = "--device " + name + ": ";
   int index = -1;

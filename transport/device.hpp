@@ -35,6 +35,15 @@ class DeviceScope {
 // The CUDA index of a CUDA device ("cuda" alone names device 0, as in a fresh process).
 int cuda_index(const c10::Device& device);
 
+// Whether this build has the GPU data planes (HOTSWAP_WITH_CUDA): the one place outside
+// transport/'s own sources that a build's GPU support is asked about.
+bool built_with_cuda();
+
+// A ValueError for a GPU feature in a build without CUDA: "<subject> a GPU build of hotswap;
+// this one was built without CUDA and NCCL (configure with ...)". `subject` carries its verb,
+// e.g. "the ipc backend needs".
+[[noreturn]] void throw_needs_gpu_build(const std::string& subject);
+
 // What this build and machine offer, for start-up lines and for tests that need a GPU.
 struct GpuRuntimeInfo {
   bool built_with_cuda = false;

@@ -15,6 +15,7 @@
 #include "transport/exception_text.hpp"
 #include "transport/posix_check.hpp"
 #include "transport/rendezvous_store.hpp"
+#include "transport/unique_fd.hpp"
 
 namespace hotswap::transport {
 
@@ -41,35 +42,33 @@ std::string local_address_towards(const std::string& remote) {
     throw protocol::ValueError("cannot resolve master_address '" + remote + "'");
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
-  int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   std::string local = "127.0.0.1";
   // A UDP "connect" sends nothing; it only asks the kernel which interface routes there.
-  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+  if (fd.valid() && ::connect(fd.get(), found->ai_addr, found->ai_addrlen) == 0) {
     sockaddr_in addr{};
     socklen_t len = sizeof(addr);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
       char text[INET_ADDRSTRLEN];
       local = ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
     }
   }
-  if (fd >= 0) ::close(fd);
   return local;
 }
 
 int pick_free_port(const std::string& host) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  HOTSWAP_POSIX_CHECK(fd, "open", "a TCP socket to find a free port");
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  HOTSWAP_POSIX_CHECK(fd.get(), "open", "a TCP socket to find a free port");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    ::close(fd);
     throw protocol::ValueError("'" + host + "' is not an IPv4 address");
   }
   socklen_t len = sizeof(addr);
-  int ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-           ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  if (!ok) throw protocol::RuntimeError("cannot find a free port on " + host);
+  HOTSWAP_POSIX_CHECK(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+                      "bind a TCP socket to find a free port on", host);
+  HOTSWAP_POSIX_CHECK(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len),
+                      "read the port bound on", host);
   return ntohs(addr.sin_port);
 }
 

@@ -1,15 +1,37 @@
 #include "transport/nccl_communicator.hpp"
 
+#include "protocol/errors.hpp"
+#include "transport/device.hpp"
+
+#ifdef HOTSWAP_WITH_CUDA
 #include <cstring>
 #include <mutex>
 #include <thread>
 
-#include "protocol/errors.hpp"
 #include "transport/cuda_check.hpp"
 #include "transport/cuda_stream.hpp"
-#include "transport/device.hpp"
+#endif
 
 namespace hotswap::transport {
+
+#ifndef HOTSWAP_WITH_CUDA
+
+NcclUniqueId new_nccl_unique_id() {
+  throw_needs_gpu_build("an NCCL unique id needs");
+}
+
+struct NcclCommunicator::Handles {};
+
+NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<RendezvousStore> store)
+    : setup_(setup), store_(std::move(store)) {
+  throw_needs_gpu_build("NCCL communicators need");
+}
+NcclCommunicator::~NcclCommunicator() = default;
+void NcclCommunicator::broadcast(at::Tensor&, int, std::chrono::milliseconds) {}
+void NcclCommunicator::all_reduce_sum(at::Tensor&, std::chrono::milliseconds) {}
+void NcclCommunicator::abort() {}
+
+#else
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -249,5 +271,7 @@ void NcclCommunicator::abort() {
   std::lock_guard lock(handles_->mutex);
   handles_->abort_locked();
 }
+
+#endif
 
 }  // namespace hotswap::transport

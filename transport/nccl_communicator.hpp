@@ -1,6 +1,7 @@
-// NcclCommunicator (GPU builds): a Communicator over one NCCL communicator, for the `nccl` and
-// `sparse_nccl` backends. Plain NCCL and CUDA runtime C APIs on tensor data pointers, so it
-// builds against a CPU-only libtorch too.
+// NcclCommunicator: a Communicator over one NCCL communicator, for the `nccl` and `sparse_nccl`
+// backends. Plain NCCL and CUDA runtime C APIs on tensor data pointers, so it builds against a
+// CPU-only libtorch too. Declared in every build; in a build without CUDA, creating one (or a
+// unique id) throws the "needs a GPU build" ValueError.
 //
 // - Init is non-blocking (ncclConfig_t.blocking = 0) and polled, so a peer that never joins
 //   ends in a TimeoutError after the timeout instead of a hang; then the one-element float32
@@ -47,7 +48,6 @@ struct NcclElements {
 };
 NcclElements nccl_elements_of(const at::Tensor& tensor);
 
-#ifdef HOTSWAP_WITH_CUDA
 // A fresh unique id (ncclGetUniqueId), what rank 0 of a group mints and shares.
 NcclUniqueId new_nccl_unique_id();
 
@@ -75,6 +75,5 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<RendezvousStore> store_;
   std::unique_ptr<Handles> handles_;
 };
-#endif
 
 }  // namespace hotswap::transport

@@ -72,33 +72,28 @@ bool ProcessIdentity::alive() const {
 
 ProcessWatch::ProcessWatch(ProcessIdentity process, std::function<void()> on_exit)
     : process_(process), stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  HOTSWAP_POSIX_CHECK(stop_fd_, "create", "an eventfd to stop a process watch");
+  HOTSWAP_POSIX_CHECK(stop_fd_.get(), "create", "an eventfd to stop a process watch");
   thread_ =
       std::thread([this, on_exit = std::move(on_exit)]() mutable { run(std::move(on_exit)); });
 }
 
 ProcessWatch::~ProcessWatch() {
-  if (stop_fd_ >= 0) {
+  if (stop_fd_.valid()) {
     const std::uint64_t one = 1;
-    [[maybe_unused]] auto written = ::write(stop_fd_, &one, sizeof one);
+    [[maybe_unused]] auto written = ::write(stop_fd_.get(), &one, sizeof one);
   }
   if (thread_.joinable()) thread_.join();
-  if (stop_fd_ >= 0) ::close(stop_fd_);
 }
 
 void ProcessWatch::run(std::function<void()> on_exit) {
   // A pidfd turns readable when the process exits, zombie or not; where there is none (old
   // kernels, some sandboxes), poll its /proc entry instead.
-  const int pidfd = process_.alive() ? open_pidfd(process_.pid) : -1;
+  const UniqueFd pidfd(process_.alive() ? open_pidfd(process_.pid) : -1);
   while (process_.alive()) {
-    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {pidfd, POLLIN, 0}};
-    const int ready = ::poll(fds, pidfd >= 0 ? 2 : 1, pidfd >= 0 ? 1000 : 200);
-    if (ready > 0 && (fds[0].revents & POLLIN)) {
-      if (pidfd >= 0) ::close(pidfd);
-      return;  // stopped
-    }
+    pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {pidfd.get(), POLLIN, 0}};
+    const int ready = ::poll(fds, pidfd.valid() ? 2 : 1, pidfd.valid() ? 1000 : 200);
+    if (ready > 0 && (fds[0].revents & POLLIN)) return;  // stopped
   }
-  if (pidfd >= 0) ::close(pidfd);
   exited_ = true;
   on_exit();
 }

@@ -11,6 +11,8 @@
 #include <functional>
 #include <thread>
 
+#include "transport/unique_fd.hpp"
+
 namespace hotswap::transport {
 
 struct ProcessIdentity {
@@ -40,7 +42,7 @@ class ProcessWatch {
   void run(std::function<void()> on_exit);
 
   ProcessIdentity process_;
-  int stop_fd_ = -1;  // an eventfd the destructor signals
+  UniqueFd stop_fd_;  // an eventfd the destructor signals
   std::atomic<bool> exited_{false};
   std::thread thread_;
 };

@@ -42,18 +42,6 @@ const char* kind_name(std::uint32_t kind) {
   return "of an unknown kind";
 }
 
-// Closes a descriptor unless released.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() { return std::exchange(fd, -1); }
-};
-
 bool has_hotswap_name(const std::string& name) {
   return protocol::is_hotswap_shm_name(name);
 }
@@ -97,18 +85,18 @@ ShmSegment ShmSegment::create(const std::string& name, ShmKind kind, std::size_t
                                std::string(kNamePrefix) + " and contain no other '/'");
   }
   const std::size_t size = kHeaderBytes + payload_bytes;
-  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  HOTSWAP_POSIX_CHECK(fd.fd, "create shared-memory segment", name);
+  UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  HOTSWAP_POSIX_CHECK(fd.get(), "create shared-memory segment", name);
   ShmSegment segment;
   segment.name_ = name;
   segment.owner_ = true;  // from here on, the destructor unlinks it
   segment.size_ = size;
-  HOTSWAP_POSIX_CHECK(::ftruncate(fd.fd, static_cast<off_t>(size)), "resize shared-memory segment",
-                      name);
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
+  HOTSWAP_POSIX_CHECK(::ftruncate(fd.get(), static_cast<off_t>(size)),
+                      "resize shared-memory segment", name);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) throw_posix_error(errno, "map shared-memory segment", name);
   segment.data_ = static_cast<std::uint8_t*>(p);
-  segment.fd_ = fd.release();
+  segment.fd_ = std::move(fd);
   segment.creator_ = ProcessIdentity::self();
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
@@ -132,12 +120,12 @@ ShmSegment ShmSegment::open(const std::string& name, ShmKind kind, Access access
   }
   const bool writable = access == Access::kReadWrite;
   // O_NONBLOCK: whatever sits under that name, opening it never waits.
-  Fd fd(::shm_open(name.c_str(), (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0));
-  if (fd.fd < 0) throw refuse(std::string("cannot be opened: ") + std::strerror(errno));
+  UniqueFd fd(::shm_open(name.c_str(), (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0));
+  if (fd.get() < 0) throw refuse(std::string("cannot be opened: ") + std::strerror(errno));
   struct stat st {};
-  HOTSWAP_POSIX_CHECK(::fstat(fd.fd, &st), "stat shared-memory segment", name);
+  HOTSWAP_POSIX_CHECK(::fstat(fd.get(), &st), "stat shared-memory segment", name);
   Header header{};
-  if (auto problem = check_header(fd.fd, st, header); !problem.empty()) throw refuse(problem);
+  if (auto problem = check_header(fd.get(), st, header); !problem.empty()) throw refuse(problem);
   if (header.kind != static_cast<std::uint32_t>(kind)) {
     throw refuse(std::string("is ") + kind_name(header.kind) + ", not " +
                  kind_name(static_cast<std::uint32_t>(kind)));
@@ -146,10 +134,10 @@ ShmSegment ShmSegment::open(const std::string& name, ShmKind kind, Access access
   segment.name_ = name;
   segment.size_ = static_cast<std::size_t>(st.st_size);
   void* p = ::mmap(nullptr, segment.size_, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                   MAP_SHARED, fd.fd, 0);
+                   MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) throw_posix_error(errno, "map shared-memory segment", name);
   segment.data_ = static_cast<std::uint8_t*>(p);
-  segment.fd_ = fd.release();
+  segment.fd_ = std::move(fd);
   segment.creator_ = {header.creator_pid, header.creator_start_time};
   segment.guard_ = std::make_unique<BusFaultGuard>(segment.data_, segment.size_,
                                                    writable ? PROT_READ | PROT_WRITE : PROT_READ);
@@ -158,11 +146,11 @@ ShmSegment ShmSegment::open(const std::string& name, ShmKind kind, Access access
 
 bool ShmSegment::unlink_if_orphaned(const std::string& name) noexcept {
   if (!has_hotswap_name(name)) return false;
-  Fd fd(::shm_open(name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0));
-  if (fd.fd < 0) return false;
+  UniqueFd fd(::shm_open(name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0));
+  if (fd.get() < 0) return false;
   struct stat st {};
   Header header{};
-  if (::fstat(fd.fd, &st) != 0 || !check_header(fd.fd, st, header).empty()) return false;
+  if (::fstat(fd.get(), &st) != 0 || !check_header(fd.get(), st, header).empty()) return false;
   try {
     if (ProcessIdentity{header.creator_pid, header.creator_start_time}.alive()) return false;
   } catch (...) {
@@ -193,7 +181,7 @@ std::vector<std::string> ShmSegment::remove_orphans() noexcept {
 
 void ShmSegment::check_intact() const {
   struct stat st {};
-  if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
+  if (!fd_.valid() || ::fstat(fd_.get(), &st) != 0) {
     throw protocol::TransferError("shared-memory segment " + name_ + " is no longer readable");
   }
   if (static_cast<std::uint64_t>(st.st_size) < size_) {
@@ -211,10 +199,9 @@ void ShmSegment::check_intact() const {
 void ShmSegment::release() noexcept {
   guard_.reset();  // before the range can be mapped again by anyone
   if (data_ != nullptr) ::munmap(data_, size_);
-  if (fd_ >= 0) ::close(fd_);
+  fd_.reset();
   if (owner_) ::shm_unlink(name_.c_str());
   data_ = nullptr;
-  fd_ = -1;
   owner_ = false;
 }
 
@@ -224,7 +211,7 @@ ShmSegment::~ShmSegment() {
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),
-      fd_(std::exchange(other.fd_, -1)),
+      fd_(std::move(other.fd_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       owner_(std::exchange(other.owner_, false)),
@@ -235,7 +222,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     release();
     name_ = std::move(other.name_);
-    fd_ = std::exchange(other.fd_, -1);
+    fd_ = std::move(other.fd_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     owner_ = std::exchange(other.owner_, false);

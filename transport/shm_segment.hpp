@@ -24,6 +24,7 @@
 #include "protocol/shm_info.hpp"
 #include "transport/bus_fault_guard.hpp"
 #include "transport/process_watch.hpp"
+#include "transport/unique_fd.hpp"
 
 namespace hotswap::transport {
 
@@ -75,7 +76,7 @@ class ShmSegment {
   void release() noexcept;
 
   std::string name_;
-  int fd_ = -1;  // kept open: check_intact fstats it
+  UniqueFd fd_;  // kept open: check_intact fstats it
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
   bool owner_ = false;

@@ -16,6 +16,7 @@ namespace hotswap::worker {
 ChildProcess::ChildProcess(const std::string& binary, const std::vector<std::string>& args) {
   int fds[2];
   HOTSWAP_POSIX_CHECK(::pipe2(fds, O_CLOEXEC), "create the output pipe of", binary);
+  transport::UniqueFd read_end(fds[0]), write_end(fds[1]);
   // argv is built before fork: the child only calls async-signal-safe functions.
   std::vector<std::string> storage = args;
   std::string program = binary;
@@ -26,28 +27,27 @@ ChildProcess::ChildProcess(const std::string& binary, const std::vector<std::str
   pid_ = ::fork();
   HOTSWAP_POSIX_CHECK(pid_, "fork to start", binary);
   if (pid_ == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
+    ::dup2(write_end.get(), 1);
+    ::dup2(write_end.get(), 2);
     ::execv(program.c_str(), argv.data());
     const char message[] = "exec failed\n";
     [[maybe_unused]] auto n = ::write(2, message, sizeof(message) - 1);
     ::_exit(127);
   }
-  ::close(fds[1]);
-  out_ = fds[0];
+  write_end.reset();  // the child's end, held by the child alone from here on
+  out_ = std::move(read_end);
 }
 
 ChildProcess::~ChildProcess() {
   stop();
-  if (out_ >= 0) ::close(out_);
 }
 
 bool ChildProcess::read_output(std::chrono::milliseconds timeout) {
-  if (out_ < 0) return false;
-  pollfd p{out_, POLLIN, 0};
+  if (!out_.valid()) return false;
+  pollfd p{out_.get(), POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
   char buffer[4096];
-  ssize_t n = ::read(out_, buffer, sizeof(buffer));
+  ssize_t n = ::read(out_.get(), buffer, sizeof(buffer));
   if (n <= 0) return false;
   output_.append(buffer, static_cast<std::size_t>(n));
   return true;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/unique_fd.hpp"
+
 namespace hotswap::worker {
 
 class ChildProcess {
@@ -20,7 +22,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
-  int output_fd() const { return out_; }
+  int output_fd() const { return out_.get(); }
   bool running() const { return pid_ > 0; }
 
   // Reads what is available within `timeout` into the output buffer; false at end of output.
@@ -42,7 +44,7 @@ class ChildProcess {
   int finish(int status);
 
   pid_t pid_ = -1;
-  int out_ = -1;
+  transport::UniqueFd out_;
   int status_ = -1;
   int signal_ = 0;
   std::string output_;

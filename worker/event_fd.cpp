@@ -29,21 +29,17 @@ void notify_on_stop_signals(EventFd& stop) {
 }
 
 EventFd::EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  HOTSWAP_POSIX_CHECK(fd_, "create", "an eventfd");
-}
-
-EventFd::~EventFd() {
-  ::close(fd_);
+  HOTSWAP_POSIX_CHECK(fd_.get(), "create", "an eventfd");
 }
 
 void EventFd::notify() const noexcept {
   std::uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(fd_, &one, sizeof(one));
+  [[maybe_unused]] auto n = ::write(fd_.get(), &one, sizeof(one));
 }
 
 void EventFd::drain() const noexcept {
   std::uint64_t value = 0;
-  [[maybe_unused]] auto n = ::read(fd_, &value, sizeof(value));
+  [[maybe_unused]] auto n = ::read(fd_.get(), &value, sizeof(value));
 }
 
 }  // namespace hotswap::worker

@@ -2,22 +2,21 @@
 // handler: notify() is async-signal-safe) into the control server's zmq_poll loop.
 #pragma once
 
+#include "transport/unique_fd.hpp"
+
 namespace hotswap::worker {
 
 class EventFd {
  public:
   EventFd();
-  ~EventFd();
-  EventFd(const EventFd&) = delete;
-  EventFd& operator=(const EventFd&) = delete;
 
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   void notify() const noexcept;
   // Clears pending notifications.
   void drain() const noexcept;
 
  private:
-  int fd_;
+  transport::UniqueFd fd_;
 };
 
 // Routes SIGINT and SIGTERM to `stop` (and ignores SIGPIPE) for the life of the process: the

@@ -141,8 +141,9 @@ BOOST_AUTO_TEST_CASE(full_resync_engine_requires_a_source) {
 
 BOOST_AUTO_TEST_CASE(duplicate_and_unknown_backends_use_vllms_messages) {
   register_echo_once();
-  HOTSWAP_CHECK_THROW_MSG(Factory::register_engine<EchoTrainerEngine>(), protocol::ValueError,
-                          "Weight transfer engine 'factory_test_echo' is already registered.");
+  HOTSWAP_CHECK_THROW_MSG(
+      Factory::register_engine<EchoTrainerEngine>(), protocol::ValueError,
+      "Weight transfer trainer engine 'factory_test_echo' is already registered.");
   HOTSWAP_CHECK_THROW_MSG(
       Factory::trainer_init(UnregisteredTrainerInitInfo(), std::make_shared<RecordingClient>(),
                             small_source()),
