@@ -5,9 +5,8 @@
 namespace hotswap::worker {
 
 WeightUpdateController::WeightUpdateController(
-    std::unique_ptr<receiver::WeightTransferEngine> engine, receiver::ParallelConfig parallel,
-    std::shared_ptr<model_loader::LoadableModel> draft)
-    : engine_(std::move(engine)), parallel_(parallel), draft_(std::move(draft)) {}
+    std::unique_ptr<receiver::WeightTransferEngine> engine, receiver::ParallelConfig parallel)
+    : engine_(std::move(engine)), parallel_(parallel) {}
 
 WeightUpdateController::~WeightUpdateController() {
   if (engine_) {
@@ -43,7 +42,6 @@ void WeightUpdateController::start_weight_update() {
           "finish_weight_update first.");
     }
     active_ = true;
-    draft_session_ = false;
   }
   try {
     e.start_weight_update();
@@ -54,32 +52,11 @@ void WeightUpdateController::start_weight_update() {
 }
 
 void WeightUpdateController::start_draft_weight_update() {
-  auto& e = engine();
-  if (!draft_) {
-    throw protocol::RuntimeError(
-        "start_draft_weight_update needs a draft model, and this worker has none configured");
-  }
-  if (!e.supports_draft_weight_update()) {
-    throw protocol::RuntimeError(std::string(e.name()) +
-                                 " does not support draft model weight updates.");
-  }
-  {
-    std::lock_guard lock(mutex_);
-    if (active_) {
-      throw protocol::RuntimeError(
-          "start_weight_update called while a weight update is already active. Call "
-          "finish_weight_update first.");
-    }
-    active_ = true;
-    draft_session_ = true;
-  }
-  e.set_weight_update_target(draft_);
-  try {
-    e.start_weight_update();
-  } catch (...) {
-    end_session();
-    throw;
-  }
+  // hotswap has no speculative decoding, so no draft model to retarget an update at: the worker
+  // answers as vLLM does for an engine with supports_draft_weight_update = False.
+  throw protocol::RuntimeError(std::string(engine().name()) +
+                               " does not support draft model weight updates. This worker serves "
+                               "no draft model (hotswap has no speculative decoding).");
 }
 
 std::optional<nlohmann::json> WeightUpdateController::select_update_info(
@@ -138,8 +115,6 @@ void WeightUpdateController::finish_weight_update(const std::optional<std::strin
   }
   std::lock_guard lock(mutex_);
   active_ = false;
-  if (draft_session_) e.reset_weight_update_target();
-  draft_session_ = false;
   if (version) weight_version_ = *version;
 }
 
@@ -166,10 +141,8 @@ bool WeightUpdateController::session_active() const {
 
 void WeightUpdateController::end_session() {
   engine_->abort_weight_update();
-  engine_->reset_weight_update_target();
   std::lock_guard lock(mutex_);
   active_ = false;
-  draft_session_ = false;
 }
 
 }  // namespace hotswap::worker

@@ -2,7 +2,7 @@
 // engine, with vLLM's session rules and messages (and one of hotswap's: a new
 // init_weight_transfer_engine ends a session whose trainer never finished it): nested start, update
 // or finish without start are RuntimeErrors; an error in update_weights ends the session (the
-// engine drops what it staged, the draft target is reset) so the next start is clean; `update_info`
+// engine drops what it staged) so the next start is clean; `update_info`
 // may be one object or a per-rank list, of which this worker takes element data_parallel_rank ×
 // world_size + rank; weight_version changes at commit, or alone through update_weight_version.
 #pragma once
@@ -21,14 +21,15 @@ namespace hotswap::worker {
 class WeightUpdateController {
  public:
   // `engine` may be null (no --weight-transfer-config): every weight call then fails with
-  // vLLM's "Weight transfer not configured" message. `draft` may be null (no draft model).
+  // vLLM's "Weight transfer not configured" message.
   WeightUpdateController(std::unique_ptr<receiver::WeightTransferEngine> engine,
-                         receiver::ParallelConfig parallel,
-                         std::shared_ptr<model_loader::LoadableModel> draft = nullptr);
+                         receiver::ParallelConfig parallel);
   ~WeightUpdateController();
 
   void init_weight_transfer_engine(const nlohmann::json& init_info);
   void start_weight_update();
+  // Always a RuntimeError with vLLM's message for an engine whose supports_draft_weight_update
+  // is False: the worker serves no draft model.
   void start_draft_weight_update();
   void update_weights(const nlohmann::json& update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
@@ -53,10 +54,8 @@ class WeightUpdateController {
 
   std::unique_ptr<receiver::WeightTransferEngine> engine_;
   receiver::ParallelConfig parallel_;
-  std::shared_ptr<model_loader::LoadableModel> draft_;
   mutable std::mutex mutex_;  // guards the fields below, never held across a transfer
   bool active_ = false;
-  bool draft_session_ = false;
   std::optional<std::string> weight_version_;
 };
 
