@@ -46,7 +46,7 @@ HOTSWAP_DEFINE_ERROR(TransferError, ErrorKind::kTransferError)
 HOTSWAP_DEFINE_ERROR(OverloadedError, ErrorKind::kOverloaded)
 #undef HOTSWAP_DEFINE_ERROR
 
-// JSON-RPC 2.0 error codes, as pinned in the architecture page.
+// JSON-RPC 2.0 error codes, as pinned in docs/architecture.md.
 inline constexpr int kParseErrorCode = -32700;
 inline constexpr int kInvalidRequestCode = -32600;
 inline constexpr int kMethodNotFoundCode = -32601;

@@ -1,4 +1,4 @@
-// The JSON-RPC 2.0 envelope of hotswap's control plane (pinned in the architecture page).
+// The JSON-RPC 2.0 envelope of hotswap's control plane (pinned in docs/architecture.md).
 // A request is one UTF-8 frame {"jsonrpc":"2.0","id":…,"method":…,"params":{…}}; the reply is
 // {"jsonrpc":"2.0","id":…,"result":{…}} or {…,"error":{"code":…,"message":…,"data":{"type":…}}}.
 // Every request gets a reply, a request without an id too (with "id": null), so that a REQ

@@ -59,7 +59,7 @@ const nlohmann::json& update_info_of(const nlohmann::json& params);  // object o
 std::optional<std::string> weight_version_of(const nlohmann::json& params);  // finish's, optional
 std::string new_version_of(const nlohmann::json& params);  // update_weight_version's, required
 
-// Every method the worker answers, in the order the architecture page lists them.
+// Every method the worker answers, in the order docs/architecture.md lists them.
 const std::vector<std::string_view>& method_names();
 
 // Validates `params` for `method` as the worker would before doing any work: MethodNotFound for a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the dependency arrows of the architecture page on the sources themselves: a header
+# Checks the dependency arrows of docs/architecture.md on the sources themselves: a header
 # included across a forbidden arrow fails here even where the include path would allow it.
 set -u
 root=${1:-.}

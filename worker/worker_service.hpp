@@ -1,6 +1,6 @@
 // WorkerService: everything a hotswap-worker does, behind one `call(method, params)` that both
 // the ZeroMQ control server and the HTTP routes dispatch to. Method names are vLLM's route
-// names, params vLLM's request bodies, results vLLM's response bodies (architecture page).
+// names, params vLLM's request bodies, results vLLM's response bodies (docs/architecture.md).
 #pragma once
 
 #include <atomic>
