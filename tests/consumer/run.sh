@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# run.sh BUILD_DIR: installs the build into a temporary prefix, builds tests/consumer against
+# that prefix alone, and pushes one verified round from it into the installed hotswap-worker.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+worker=""
+cleanup() {
+  if [ -n "$worker" ]; then kill "$worker" 2>/dev/null || true; wait "$worker" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_BUILD_TYPE=Release ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
+cmake --build "$work/build" -j2 >/dev/null
+
+"$work/prefix/bin/hotswap-make-model" --arch llama --layers 2 --hidden-size 64 \
+  --intermediate-size 128 --heads 4 --kv-heads 2 --vocab 128 --dtype bfloat16 --seed 3 \
+  --out "$work/model" >/dev/null
+"$work/prefix/bin/hotswap-worker" --model "$work/model" --control "tcp://127.0.0.1:*" \
+  --weight-transfer-config '{"backend": "shm"}' >"$work/worker.log" 2>&1 &
+worker=$!
+endpoint=""
+for _ in $(seq 1 300); do
+  endpoint=$(sed -n 's/^hotswap-worker ready: control \([^;]*\);.*/\1/p' "$work/worker.log")
+  [ -n "$endpoint" ] && break
+  kill -0 "$worker" 2>/dev/null || { cat "$work/worker.log"; exit 1; }
+  sleep 0.1
+done
+[ -n "$endpoint" ] || { echo "the installed worker did not become ready"; cat "$work/worker.log"; exit 1; }
+"$work/build/push_one_round" "$work/model" "$endpoint" | tee "$work/out.txt"
+grep -q '"weight_version":"consumer-1"' "$work/out.txt"
+echo "consumer project: built against the installed package, pushed one verified round"
