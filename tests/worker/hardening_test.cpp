@@ -437,13 +437,15 @@ BOOST_FIXTURE_TEST_CASE(connections_past_the_queue_get_503, Fixture) {
   std::this_thread::sleep_for(1500ms);
   control.call("resume");
   int ok = 0, turned_away = 0;
+  std::string statuses;
   for (auto& p : posts) {
     const int status = p.get();
     ok += status == 200;
     turned_away += status == 503;
+    statuses += std::to_string(status) + " ";
   }
   BOOST_TEST(turned_away >= 1);
-  BOOST_TEST(ok + turned_away == 14);
+  BOOST_TEST(ok + turned_away == 14, "statuses: " << statuses << "\n" << worker->output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
