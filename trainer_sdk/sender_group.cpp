@@ -13,7 +13,7 @@ namespace hotswap::trainer_sdk {
 
 c10::Device SenderGroup::tensor_device() const {
   if (kind == Kind::kGloo) return c10::Device(c10::kCPU);
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device));
+  return transport::cuda_device(device);
 }
 
 std::unique_ptr<transport::Communicator> open_group_as_sender(

@@ -65,10 +65,6 @@ std::string device_uuid(int device) {
 
 namespace {
 
-c10::Device cuda(int index) {
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
 // The allocation that contains `data`: the driver's cuMemGetAddressRange, reached through the
 // runtime's entry-point lookup so that nothing links libcuda (absent on machines without a GPU).
 // A driver call acts in the current context, so the pointer's own device is made current first.
@@ -92,7 +88,7 @@ std::pair<const std::uint8_t*, std::size_t> allocation_of(const void* data) {
     throw protocol::ValueError("cannot export memory at " + where +
                                " over CUDA IPC: it is not device memory");
   }
-  DeviceScope scope(cuda(attributes.device));
+  DeviceScope scope(cuda_device(attributes.device));
   CUdeviceptr base = 0;
   size_t size = 0;
   CUresult r = get_range(&base, &size, reinterpret_cast<CUdeviceptr>(data));
@@ -142,7 +138,7 @@ IpcMapping::IpcMapping(const std::vector<std::uint8_t>& handle, int device) : de
                                std::to_string(sizeof(cudaIpcMemHandle_t)) + " bytes, got " +
                                std::to_string(handle.size()));
   }
-  DeviceScope scope(cuda(device));
+  DeviceScope scope(cuda_device(device));
   cudaIpcMemHandle_t raw;
   std::memcpy(&raw, handle.data(), sizeof(raw));
   void* base = nullptr;
@@ -153,7 +149,7 @@ IpcMapping::IpcMapping(const std::vector<std::uint8_t>& handle, int device) : de
 void IpcMapping::close() noexcept {
   if (base_ == nullptr) return;
   try {
-    DeviceScope scope(cuda(device_));
+    DeviceScope scope(cuda_device(device_));
     cudaIpcCloseMemHandle(base_);
   } catch (...) {  // the device is gone: nothing left to unmap
   }
@@ -177,7 +173,7 @@ IpcMapping& IpcMapping::operator=(IpcMapping&& other) noexcept {
 }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : size_(bytes) {
-  DeviceScope scope(cuda(device));
+  DeviceScope scope(cuda_device(device));
   void* p = nullptr;
   HOTSWAP_CUDA_CHECK(cudaMalloc(&p, bytes));
   data_ = static_cast<std::uint8_t*>(p);

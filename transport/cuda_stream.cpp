@@ -19,7 +19,7 @@ cudaStream_t torch_current_stream(int device) {
 }
 
 CudaStream::CudaStream(int device) {
-  DeviceScope scope(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  DeviceScope scope(cuda_device(device));
   HOTSWAP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }
 

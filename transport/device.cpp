@@ -55,11 +55,15 @@ c10::Device parse_device(const std::string& name) {
   }
   // "cuda" is device 0, named: engines and CUDA calls need an index, and a bare "cuda" would
   // follow whatever device a pooled thread last used.
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::max(index, 0)));
+  return cuda_device(std::max(index, 0));
 }
 
 int cuda_index(const c10::Device& device) {
   return device.has_index() ? device.index() : 0;
+}
+
+c10::Device cuda_device(int index) {
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 DeviceScope::DeviceScope(const c10::Device& device) {

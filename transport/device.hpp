@@ -32,8 +32,10 @@ class DeviceScope {
   int previous_ = -1;  // -1: nothing to restore
 };
 
-// The CUDA index of a CUDA device ("cuda" alone names device 0, as in a fresh process).
+// The CUDA index of a CUDA device ("cuda" alone names device 0, as in a fresh process), and
+// the device of a CUDA index.
 int cuda_index(const c10::Device& device);
+c10::Device cuda_device(int index);
 
 // Whether this build has the GPU data planes (HOTSWAP_WITH_CUDA): the one place outside
 // transport/'s own sources that a build's GPU support is asked about.

@@ -59,10 +59,6 @@ std::string ms(std::chrono::milliseconds timeout) {
   return std::to_string(timeout.count()) + " ms";
 }
 
-c10::Device cuda(int index) {
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
 // The communicator's asynchronous state; a failure of the query itself counts as the state.
 ncclResult_t async_state(ncclComm_t comm) {
   ncclResult_t state = ncclSuccess;
@@ -108,7 +104,8 @@ NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<Rende
     throw protocol::ValueError("NCCL rank " + std::to_string(setup.rank) +
                                " is outside world_size " + std::to_string(setup.world_size));
   }
-  DeviceScope scope(cuda(setup.device));  // NCCL binds the communicator to the current device
+  DeviceScope scope(
+      cuda_device(setup.device));  // NCCL binds the communicator to the current device
   handles_ = std::make_unique<Handles>(setup.device);
   ncclUniqueId id;
   static_assert(sizeof(id.internal) == kNcclUniqueIdBytes);
@@ -168,7 +165,7 @@ NcclCommunicator::~NcclCommunicator() = default;
 
 template <class Enqueue>
 void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milliseconds timeout) {
-  DeviceScope scope(cuda(setup_.device));
+  DeviceScope scope(cuda_device(setup_.device));
   const auto deadline = Clock::now() + timeout;
   {
     std::lock_guard lock(handles_->mutex);
