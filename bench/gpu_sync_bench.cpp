@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "bench/bench_support.hpp"
+#include "model_loader/architecture_registry.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/generation.hpp"
-#include "model_loader/llama_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/ipc_trainer_engine.hpp"
@@ -94,7 +94,7 @@ double raw_nccl_seconds(std::size_t bytes) {
 std::vector<double> decode_tokens_per_second(const fs::path& model_dir, int batch, int reps) {
   model_loader::ModelOptions options;
   options.device = c10::Device(c10::kCUDA, 0);
-  auto model = model_loader::LlamaModel::load(model_dir, options);
+  auto model = model_loader::load_model(model_dir, options);
   std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(batch));
   for (int b = 0; b < batch; ++b)
     for (int t = 0; t < 16; ++t)

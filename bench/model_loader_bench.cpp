@@ -16,8 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "model_loader/architecture_registry.hpp"
+#include "model_loader/architectures/llama_model.hpp"
 #include "model_loader/generation.hpp"
-#include "model_loader/llama_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 
 using namespace hotswap;
@@ -39,7 +40,7 @@ void report(const std::string& name, double value, const std::string& unit,
 int main(int argc, char** argv) {
   fs::path dir = argc > 1 ? fs::path(argv[1]) : fs::temp_directory_path() / "hotswap-bench-model";
   model_loader::ModelConfig c;
-  c.architecture = model_loader::Architecture::kLlama;
+  c.architecture = model_loader::architectures::kLlama;
   c.hidden_size = 1024;
   c.intermediate_size = 2816;
   c.num_hidden_layers = 8;
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   report("plain sequential read (limit)", read_gbps, "GB/s", {{"bytes", read_bytes}});
 
   start = Clock::now();
-  auto model = model_loader::LlamaModel::load(dir);
+  auto model = model_loader::load_model(dir);
   double load_gbps = bytes / since(start) / 1e9;
   report("checkpoint load", load_gbps, "GB/s",
          {{"bytes", bytes}, {"ratio_to_plain_read", load_gbps / read_gbps}});

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "model_loader/architectures/llama_model.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
@@ -90,7 +91,7 @@ int run_soak(int rounds, const std::vector<std::string>& backends) {
   fs::path work = fs::temp_directory_path() / ("hotswap-soak-" + std::to_string(::getpid()));
   // The demo's model: 4 layers, about 9 MB in bfloat16.
   model_loader::ModelConfig config;
-  config.architecture = model_loader::Architecture::kQwen3;
+  config.architecture = model_loader::architectures::kQwen3;
   config.hidden_size = 256;
   config.intermediate_size = 768;
   config.num_hidden_layers = 4;

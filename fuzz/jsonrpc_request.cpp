@@ -10,6 +10,7 @@
 
 #include "fuzz/fuzz_support.hpp"
 #include "protocol/bounded_json.hpp"
+#include "protocol/control_methods.hpp"
 #include "protocol/disk_info.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/ipc_info.hpp"

@@ -17,7 +17,7 @@ Sequence::Sequence(std::vector<std::int64_t> prompt, SamplingParams params)
   params_.validate();
 }
 
-void step(const LlamaModel& model, const std::vector<Sequence*>& batch) {
+void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
   std::vector<Sequence*> active;
   std::vector<std::int64_t> tokens;
   std::vector<ForwardSlice> slices;
@@ -49,7 +49,7 @@ void step(const LlamaModel& model, const std::vector<Sequence*>& batch) {
   }
 }
 
-std::vector<GenerationResult> generate(const LlamaModel& model,
+std::vector<GenerationResult> generate(const ServableModel& model,
                                        const std::vector<std::vector<std::int64_t>>& prompts,
                                        const SamplingParams& params) {
   std::vector<Sequence> sequences;
@@ -69,7 +69,7 @@ std::vector<GenerationResult> generate(const LlamaModel& model,
   return results;
 }
 
-std::vector<double> score(const LlamaModel& model, const std::vector<std::int64_t>& prompt,
+std::vector<double> score(const ServableModel& model, const std::vector<std::int64_t>& prompt,
                           const std::vector<std::int64_t>& continuation) {
   if (prompt.empty()) throw protocol::ValueError("scoring needs at least one prompt token");
   std::vector<std::int64_t> tokens = prompt;

@@ -1,4 +1,4 @@
-// Generation on a LlamaModel: sequences advanced together one forward step at a time (the first
+// Generation on a ServableModel: sequences advanced together one forward step at a time (the first
 // step of a sequence is its prefill, every later one a one-token decode), so several requests
 // share every matmul. The worker's scheduler drives step() itself to add requests, pause and
 // switch weights between steps; generate() and score() are the one-shot forms.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "model_loader/kv_cache.hpp"
-#include "model_loader/llama_model.hpp"
 #include "model_loader/sampling.hpp"
+#include "model_loader/servable_model.hpp"
 
 namespace hotswap::model_loader {
 
@@ -31,7 +31,7 @@ class Sequence {
   void abort() { finish_reason_ = "abort"; }
 
  private:
-  friend void step(const LlamaModel& model, const std::vector<Sequence*>& batch);
+  friend void step(const ServableModel& model, const std::vector<Sequence*>& batch);
   std::vector<std::int64_t> prompt_;
   SamplingParams params_;
   at::Generator generator_;
@@ -42,7 +42,7 @@ class Sequence {
 };
 
 // One forward step for every unfinished sequence of `batch`, sampling one token each.
-void step(const LlamaModel& model, const std::vector<Sequence*>& batch);
+void step(const ServableModel& model, const std::vector<Sequence*>& batch);
 
 struct GenerationResult {
   std::vector<std::int64_t> token_ids;
@@ -51,12 +51,12 @@ struct GenerationResult {
 };
 
 // Runs the prompts together to completion.
-std::vector<GenerationResult> generate(const LlamaModel& model,
+std::vector<GenerationResult> generate(const ServableModel& model,
                                        const std::vector<std::vector<std::int64_t>>& prompts,
                                        const SamplingParams& params);
 
 // The logprobs of `continuation` following `prompt`: scoring for RL (log π(a|s)).
-std::vector<double> score(const LlamaModel& model, const std::vector<std::int64_t>& prompt,
+std::vector<double> score(const ServableModel& model, const std::vector<std::int64_t>& prompt,
                           const std::vector<std::int64_t>& continuation);
 
 }  // namespace hotswap::model_loader

@@ -1,8 +1,8 @@
 #include "model_loader/model_config.hpp"
 
-#include <array>
 #include <cmath>
 
+#include "model_loader/architecture_registry.hpp"
 #include "model_loader/mapped_file.hpp"
 #include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
@@ -14,30 +14,14 @@ namespace {
 
 using nlohmann::json;
 
-struct ArchNames {
-  Architecture architecture;
-  std::string_view hf_name;
-  std::string_view model_type;
-};
-
-constexpr std::array kArchitectures{
-    ArchNames{Architecture::kLlama, "LlamaForCausalLM", "llama"},
-    ArchNames{Architecture::kMistral, "MistralForCausalLM", "mistral"},
-    ArchNames{Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
-    ArchNames{Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
-};
-
 // Messages name the field; from_json and load say which file.
 [[noreturn]] void unsupported(const std::string& what) {
   throw protocol::ValueError(what);
 }
 
-// Upper bounds far beyond any released model, so that a typo (vocab_size 2^40) is refused by
-// name here instead of failing as an allocation deep inside libtorch.
-constexpr std::int64_t kMaxWidth = 1 << 20;        // hidden, intermediate, head_dim
-constexpr std::int64_t kMaxCount = 1 << 12;        // layers, heads
-constexpr std::int64_t kMaxVocab = 1 << 24;        // 16.7M tokens (the largest are ~260K)
-constexpr std::int64_t kMaxPositions = 1ll << 30;  // context lengths, windows
+}  // namespace
+
+namespace config_field {
 
 std::int64_t positive_int(const json& config, const char* key, std::optional<std::int64_t> fallback,
                           std::int64_t max) {
@@ -59,7 +43,6 @@ std::int64_t positive_int(const json& config, const char* key, std::optional<std
   return it->get<std::int64_t>();
 }
 
-// A finite number greater than zero (epsilons, rope bases and factors).
 double positive_number(const json& config, const char* key, double fallback) {
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) return fallback;
@@ -76,6 +59,12 @@ bool flag(const json& config, const char* key, bool fallback) {
   if (!it->is_boolean()) unsupported(std::string("`") + key + "` must be true or false");
   return it->get<bool>();
 }
+
+}  // namespace config_field
+
+namespace {
+
+using namespace config_field;
 
 // `rope_scaling` (v4) or `rope_parameters` (v5): null/default, or llama3.
 void read_rope(const json& config, ModelConfig& out) {
@@ -117,25 +106,6 @@ void read_rope(const json& config, ModelConfig& out) {
 
 }  // namespace
 
-Architecture architecture_from_short_name(std::string_view name) {
-  for (const auto& a : kArchitectures) {
-    if (a.model_type == name) return a.architecture;
-  }
-  throw protocol::ValueError("unknown architecture '" + std::string(name) +
-                             "' (expected llama, mistral, qwen2 or qwen3)");
-}
-
-std::string_view architecture_hf_name(Architecture architecture) {
-  for (const auto& a : kArchitectures) {
-    if (a.architecture == architecture) return a.hf_name;
-  }
-  return "?";
-}
-
-std::string_view ModelConfig::architecture_name() const {
-  return architecture_hf_name(architecture);
-}
-
 static ModelConfig parse(const json& config) {
   if (!config.is_object()) unsupported("expected a JSON object");
   ModelConfig out;
@@ -144,19 +114,9 @@ static ModelConfig parse(const json& config) {
       !(*archs)[0].is_string()) {
     unsupported("`architectures` must list exactly one architecture");
   }
-  std::string arch = (*archs)[0].get<std::string>();
-  bool known = false;
-  for (const auto& a : kArchitectures) {
-    if (a.hf_name == arch) {
-      out.architecture = a.architecture;
-      known = true;
-    }
-  }
-  if (!known) {
-    unsupported("architecture '" + arch +
-                "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                "Qwen3ForCausalLM are)");
-  }
+  const Architecture& architecture =
+      ArchitectureRegistry::builtin().find((*archs)[0].get<std::string>());
+  out.architecture = architecture.name;
 
   out.hidden_size = positive_int(config, "hidden_size", std::nullopt, kMaxWidth);
   out.intermediate_size = positive_int(config, "intermediate_size", std::nullopt, kMaxWidth);
@@ -191,28 +151,6 @@ static ModelConfig parse(const json& config) {
   if (act != "silu") unsupported("hidden_act '" + act + "' is not supported (silu is)");
   if (flag(config, "mlp_bias", false)) unsupported("mlp_bias=true is not supported");
 
-  bool attention_bias = flag(config, "attention_bias", false);
-  switch (out.architecture) {
-    case Architecture::kQwen2:
-      out.qkv_bias = true;  // Qwen2 always has q/k/v biases and no o_proj bias
-      break;
-    case Architecture::kQwen3:
-      out.qk_norm = true;
-      out.qkv_bias = attention_bias;
-      out.o_proj_bias = attention_bias;
-      break;
-    default:
-      out.qkv_bias = attention_bias;
-      out.o_proj_bias = attention_bias;
-  }
-  if (out.architecture == Architecture::kQwen2 || out.architecture == Architecture::kQwen3) {
-    if (flag(config, "use_sliding_window", false)) {
-      unsupported("use_sliding_window=true is not supported");
-    }
-  } else if (auto w = config.find("sliding_window"); w != config.end() && !w->is_null()) {
-    out.sliding_window = positive_int(config, "sliding_window", std::nullopt, kMaxPositions);
-  }
-
   std::string dtype = "float32";
   for (const char* key : {"dtype", "torch_dtype"}) {
     auto it = config.find(key);
@@ -225,6 +163,7 @@ static ModelConfig parse(const json& config) {
   if (!protocol::is_floating_point(out.torch_dtype) || protocol::item_size(out.torch_dtype) < 2) {
     unsupported("dtype '" + dtype + "' is not supported (float32, bfloat16, float16 are)");
   }
+  architecture.read_config(config, out);
   return out;
 }
 
@@ -275,12 +214,8 @@ json ModelConfig::to_json() const {
       {"bos_token_id", 1},
       {"eos_token_id", 2},
   };
-  for (const auto& a : kArchitectures) {
-    if (a.architecture == architecture) out["model_type"] = a.model_type;
-  }
-  if (architecture != Architecture::kQwen2) out["attention_bias"] = qkv_bias;
-  if (sliding_window) out["sliding_window"] = *sliding_window;
-  if (architecture == Architecture::kMistral && !sliding_window) out["sliding_window"] = nullptr;
+  const Architecture& family = ArchitectureRegistry::builtin().find(architecture);
+  out["model_type"] = family.model_type;
   if (rope_scaling) {
     out["rope_scaling"] = {
         {"rope_type", "llama3"},
@@ -289,6 +224,7 @@ json ModelConfig::to_json() const {
         {"high_freq_factor", rope_scaling->high_freq_factor},
         {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
   }
+  family.write_config(*this, out);
   return out;
 }
 

@@ -1,6 +1,7 @@
-// ModelConfig: the fields of a Hugging Face `config.json` that change the math of a
-// Llama-family model, for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
-// Qwen3ForCausalLM. Both spellings transformers has used are read: `rope_theta` +
+// ModelConfig: the fields of a Hugging Face `config.json` that change the math of a decoder-only
+// transformer. This file reads the fields every architecture shares; the architecture named by
+// `architectures[0]` reads or rules over the rest (Qwen2's biases, Mistral's window) from its own
+// file (architecture_registry.hpp). Both spellings transformers has used are read: `rope_theta` +
 // `rope_scaling` + `torch_dtype` (v4) and `rope_parameters` + `dtype` (v5). An unsupported
 // architecture or value is a ValueError naming it, never a silently different model.
 #pragma once
@@ -16,8 +17,6 @@
 
 namespace hotswap::model_loader {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
-
 // Llama 3.1's frequency-dependent RoPE scaling (`rope_type: llama3`).
 struct Llama3RopeScaling {
   double factor = 8.0;
@@ -27,7 +26,7 @@ struct Llama3RopeScaling {
 };
 
 struct ModelConfig {
-  Architecture architecture = Architecture::kLlama;
+  std::string architecture = "LlamaForCausalLM";  // `architectures[0]`
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_hidden_layers = 0;
@@ -52,14 +51,26 @@ struct ModelConfig {
   // A Hugging Face config.json for this model (transformers v4 spelling, read by v4 and v5).
   nlohmann::json to_json() const;
 
-  std::string_view architecture_name() const;  // "LlamaForCausalLM", ...
+  const std::string& architecture_name() const { return architecture; }
   std::int64_t q_size() const { return num_attention_heads * head_dim; }
   std::int64_t kv_size() const { return num_key_value_heads * head_dim; }
 };
 
-// "llama" → kLlama, ...: the names hotswap-make-model takes.
-Architecture architecture_from_short_name(std::string_view name);
-// kLlama → "LlamaForCausalLM", ...: the names config.json lists.
-std::string_view architecture_hf_name(Architecture architecture);
+// Readers of one config.json field, for the architecture files: a missing or null field takes
+// the fallback; a wrong one is a ValueError naming the key and what it held.
+namespace config_field {
+// Upper bounds far beyond any released model, so that a typo (vocab_size 2^40) is refused by
+// name here instead of failing as an allocation deep inside libtorch.
+inline constexpr std::int64_t kMaxWidth = 1 << 20;        // hidden, intermediate, head_dim
+inline constexpr std::int64_t kMaxCount = 1 << 12;        // layers, heads, experts
+inline constexpr std::int64_t kMaxVocab = 1 << 24;        // 16.7M tokens (the largest are ~260K)
+inline constexpr std::int64_t kMaxPositions = 1ll << 30;  // context lengths, windows
+
+std::int64_t positive_int(const nlohmann::json& config, const char* key,
+                          std::optional<std::int64_t> fallback, std::int64_t max);
+// A finite number greater than zero (epsilons, rope bases and factors).
+double positive_number(const nlohmann::json& config, const char* key, double fallback);
+bool flag(const nlohmann::json& config, const char* key, bool fallback);
+}  // namespace config_field
 
 }  // namespace hotswap::model_loader

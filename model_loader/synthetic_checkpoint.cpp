@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 
+#include "model_loader/architecture_registry.hpp"
 #include "model_loader/safetensors_writer.hpp"
 #include "model_loader/weight_mapping.hpp"
 #include "protocol/errors.hpp"
@@ -59,7 +60,8 @@ std::uint64_t write_synthetic_checkpoint(const fs::path& directory, const ModelC
   }
 
   // The checkpoint's tensors, in the order a Hugging Face export lists them.
-  WeightMapping mapping(config);
+  WeightMapping mapping =
+      ArchitectureRegistry::builtin().find(config.architecture).weight_mapping(config);
   std::vector<SafetensorsEntry> entries;
   std::uint64_t total = 0;
   for (const auto& slot : mapping.slots()) {

@@ -1,8 +1,9 @@
 // WeightMapping: how a model's checkpoint-format (Hugging Face) tensors map onto its runtime
-// parameters, vLLM's `stacked_params_mapping`: q_proj/k_proj/v_proj are rows of a fused
-// `qkv_proj`, gate_proj/up_proj rows of a fused `gate_up_proj`; everything else maps 1:1.
-// `rotary_emb.inv_freq` is skipped (it is computed, not loaded), and so is `lm_head.weight`
-// when the embeddings are tied.
+// parameters, vLLM's `stacked_params_mapping`. Each architecture family builds its own (the
+// Llama family's: q_proj/k_proj/v_proj are rows of a fused `qkv_proj`, gate_proj/up_proj rows
+// of a fused `gate_up_proj`, everything else 1:1); the parameter store, layerwise reload and the
+// synthetic checkpoint writer read any of them. `rotary_emb.inv_freq` is always skipped (it is
+// computed, not loaded).
 //
 // Tensors are grouped by layer for layerwise reload: group 0 holds the embeddings, groups
 // 1..L the decoder layers, group L+1 the final norm and lm_head (layerwise_groups' pre,
@@ -14,8 +15,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "model_loader/model_config.hpp"
 
 namespace hotswap::model_loader {
 
@@ -36,7 +35,18 @@ struct CheckpointSlot {
 
 class WeightMapping {
  public:
-  explicit WeightMapping(const ModelConfig& config);
+  explicit WeightMapping(int num_groups);
+
+  // Building one. A runtime parameter, then the checkpoint tensors that fill it (each from
+  // `row_offset` on); add_plain is a parameter filled whole by a tensor of the same name.
+  std::size_t add_param(std::string name, std::vector<std::int64_t> shape, int group,
+                        bool quantizable);
+  void add_slot(std::string name, std::vector<std::int64_t> shape, std::size_t param,
+                std::int64_t row_offset);
+  void add_plain(const std::string& name, std::vector<std::int64_t> shape, int group,
+                 bool quantizable = false);
+  // A name a checkpoint may carry that the model ignores (a tied lm_head.weight).
+  void add_skipped(std::string name);
 
   const std::vector<RuntimeParam>& runtime_params() const { return params_; }
   const std::vector<CheckpointSlot>& slots() const { return slots_; }
@@ -54,13 +64,8 @@ class WeightMapping {
   std::size_t param_index(std::string_view runtime_name) const;
 
  private:
-  std::size_t add_param(std::string name, std::vector<std::int64_t> shape, int group,
-                        bool quantizable);
-  void add_slot(std::string name, std::vector<std::int64_t> shape, std::size_t param,
-                std::int64_t row_offset);
-
-  bool tied_;
   int num_groups_;
+  std::vector<std::string> skipped_;
   std::vector<RuntimeParam> params_;
   std::vector<CheckpointSlot> slots_;
   std::map<std::string, std::size_t, std::less<>> slot_index_;

@@ -210,48 +210,4 @@ std::string new_version_of(const json& params) {
   return *version;
 }
 
-const std::vector<std::string_view>& method_names() {
-  static const std::vector<std::string_view> names{"init_weight_transfer_engine",
-                                                   "shutdown_weight_transfer_engine",
-                                                   "start_weight_update",
-                                                   "start_draft_weight_update",
-                                                   "update_weights",
-                                                   "finish_weight_update",
-                                                   "update_weight_version",
-                                                   "weight_info",
-                                                   "pause",
-                                                   "resume",
-                                                   "is_paused",
-                                                   "get_world_size",
-                                                   "weight_checker",
-                                                   "generate",
-                                                   "health",
-                                                   "shutdown"};
-  return names;
-}
-
-void validate_params(std::string_view method, const json& params) {
-  if (!params.is_object()) throw ValueError("the params must be a JSON object");
-  if (method == "init_weight_transfer_engine") {
-    init_info_of(params);
-  } else if (method == "update_weights") {
-    update_info_of(params);
-  } else if (method == "finish_weight_update") {
-    weight_version_of(params);
-  } else if (method == "update_weight_version") {
-    new_version_of(params);
-  } else if (method == "pause") {
-    PauseParams::from_json(params);
-  } else if (method == "get_world_size") {
-    WorldSizeParams::from_json(params);
-  } else if (method == "weight_checker") {
-    WeightCheckerParams::from_json(params);
-  } else if (method == "generate") {
-    GenerateParams::from_json(params);
-  } else if (std::find(method_names().begin(), method_names().end(), method) ==
-             method_names().end()) {
-    throw MethodNotFound("Method not found: '" + std::string(method) + "'");
-  }
-}
-
 }  // namespace hotswap::protocol

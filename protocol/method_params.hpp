@@ -1,7 +1,8 @@
 // The params of each control method, read and validated the way vLLM validates its request
 // bodies, without any worker state: a wrong type or a value out of range is a ValueError naming
 // the field (-32602, HTTP 400), never a JSON library error. The worker reads its methods'
-// params through these; the fuzzer runs them on arbitrary input. No libtorch.
+// params through these; control_methods.hpp names each method's validator; the fuzzer runs
+// them on arbitrary input. No libtorch.
 #pragma once
 
 #include <cstdint>
@@ -58,13 +59,5 @@ const nlohmann::json& init_info_of(const nlohmann::json& params);    // `init_in
 const nlohmann::json& update_info_of(const nlohmann::json& params);  // object or list of objects
 std::optional<std::string> weight_version_of(const nlohmann::json& params);  // finish's, optional
 std::string new_version_of(const nlohmann::json& params);  // update_weight_version's, required
-
-// Every method the worker answers, in the order docs/architecture.md lists them.
-const std::vector<std::string_view>& method_names();
-
-// Validates `params` for `method` as the worker would before doing any work: MethodNotFound for a
-// method the worker does not have, ValueError for bad params. Backend payloads (init_info,
-// update_info) are checked only for their outer shape here; their engines parse the rest.
-void validate_params(std::string_view method, const nlohmann::json& params);
 
 }  // namespace hotswap::protocol

@@ -24,6 +24,18 @@ forbid trainer_sdk 'receiver/|worker/' "trainer_sdk meets the worker only in pro
 # nothing else of it: no model code on the trainer side.
 hits=$(grep -rnE '#include "model_loader/' "$root/trainer_sdk" | grep -vE 'model_loader/(safetensors_writer|safetensors_file|mapped_file|checkpoint)\.hpp')
 if [ -n "$hits" ]; then echo "layering: trainer_sdk/ may use only model_loader's safetensors files:"; echo "$hits"; status=1; fi
+# Architectures plug in behind ServableModel: outside model_loader/architectures/, only the
+# registry that lists them includes an architecture's header, so the worker, the engines and
+# generation see the interface alone. Each architecture file builds on that interface.
+hits=$(grep -rnE '#include "model_loader/architectures/' "$root/model_loader" "$root/receiver" "$root/worker" "$root/trainer_sdk" \
+  --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*model_loader/(architectures/|architecture_registry\.cpp:)')
+if [ -n "$hits" ]; then echo "layering: only model_loader/architecture_registry.cpp may include an architecture (everything else uses ServableModel):"; echo "$hits"; status=1; fi
+for file in "$root"/model_loader/architectures/*.hpp; do
+  [ -e "$file" ] || continue
+  if ! grep -q '#include "model_loader/servable_model.hpp"' "$file"; then
+    echo "layering: $file must implement model_loader/servable_model.hpp"; status=1
+  fi
+done
 # CUDA lives in transport/: everywhere else a GPU feature is a transport/ call that throws
 # "needs a GPU build" without CUDA, never a conditional or a CUDA header. (bench/ and tests/
 # may ask: a GPU benchmark or test exists only in a GPU build.)

@@ -1,5 +1,7 @@
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 
+#include "protocol/control_methods.hpp"
+
 namespace hotswap::trainer_sdk {
 
 ZmqWeightSyncClient::ZmqWeightSyncClient(std::string endpoint, std::chrono::milliseconds timeout,
@@ -9,28 +11,28 @@ ZmqWeightSyncClient::ZmqWeightSyncClient(std::string endpoint, std::chrono::mill
       curve_(std::move(curve)),
       context_(std::make_shared<zmq::context_t>(1)) {}
 
-nlohmann::json ZmqWeightSyncClient::call(const std::string& method,
+nlohmann::json ZmqWeightSyncClient::call(std::string_view method,
                                          const nlohmann::json& params) const {
   RpcClient client(endpoint_, timeout_, curve_, context_);
   return client.call(method, params);
 }
 
 void ZmqWeightSyncClient::init_weight_transfer_engine(const nlohmann::json& init_info) {
-  call("init_weight_transfer_engine", {{"init_info", init_info}});
+  call(protocol::methods::kInitWeightTransferEngine, {{"init_info", init_info}});
 }
 
 void ZmqWeightSyncClient::start_weight_update() {
-  call("start_weight_update");
+  call(protocol::methods::kStartWeightUpdate);
 }
 
 void ZmqWeightSyncClient::update_weights(const nlohmann::json& update_info) {
-  call("update_weights", {{"update_info", update_info}});
+  call(protocol::methods::kUpdateWeights, {{"update_info", update_info}});
 }
 
 void ZmqWeightSyncClient::finish_weight_update(const std::optional<std::string>& weight_version) {
   nlohmann::json params = nlohmann::json::object();
   if (weight_version) params["weight_version"] = *weight_version;
-  call("finish_weight_update", params);
+  call(protocol::methods::kFinishWeightUpdate, params);
 }
 
 }  // namespace hotswap::trainer_sdk
@@ -38,7 +40,8 @@ void ZmqWeightSyncClient::finish_weight_update(const std::optional<std::string>&
 namespace hotswap::trainer_sdk {
 
 WeightSyncClient::WorkerDigests ZmqWeightSyncClient::checkpoint_checksums() {
-  auto reply = call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
+  auto reply =
+      call(protocol::methods::kWeightChecker, {{"action", "checksum"}, {"format", "checkpoint"}});
   return {{endpoint_, reply.at("checksums").get<std::map<std::string, std::string>>()}};
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -29,7 +30,7 @@ class ZmqWeightSyncClient : public WeightSyncClient {
   WorkerDigests checkpoint_checksums() override;
 
   // Any other method of the worker (weight_checker, generate, health, ...).
-  nlohmann::json call(const std::string& method,
+  nlohmann::json call(std::string_view method,
                       const nlohmann::json& params = nlohmann::json::object()) const;
 
   const std::string& endpoint() const { return endpoint_; }

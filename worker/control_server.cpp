@@ -8,6 +8,7 @@
 #include <iostream>
 #include <set>
 
+#include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 
@@ -225,11 +226,15 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     return;
   }
   body.clear();
-  if (request.method == "generate") {
+  const protocol::ControlMethod* method = protocol::find_control_method(request.method);
+  // generate runs in its asynchronous form: it holds no thread while the scheduler works on it,
+  // and stops when its connection goes.
+  if (request.method == protocol::methods::kGenerate) {
     start_generate(request, std::move(reply), connection);
     return;
   }
-  if (!WorkerService::is_long(request.method)) {
+  // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.
+  if (method == nullptr || !method->long_running) {
     reply.body = run_call(request);
     send(std::move(reply));
     return;

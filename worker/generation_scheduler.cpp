@@ -24,7 +24,7 @@ nlohmann::json GenerateResult::to_json(bool with_logprobs) const {
   return out;
 }
 
-GenerationScheduler::GenerationScheduler(std::shared_ptr<const model_loader::LlamaModel> model,
+GenerationScheduler::GenerationScheduler(std::shared_ptr<const model_loader::ServableModel> model,
                                          VersionSource version, std::size_t max_batch,
                                          std::size_t max_waiting)
     : model_(std::move(model)),

@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/generation.hpp"
-#include "model_loader/llama_model.hpp"
+#include "model_loader/servable_model.hpp"
 
 namespace hotswap::worker {
 
@@ -74,8 +74,9 @@ class GenerationScheduler {
   // scheduler.
   using Completion = std::function<void(GenerateOutcome)>;
 
-  GenerationScheduler(std::shared_ptr<const model_loader::LlamaModel> model, VersionSource version,
-                      std::size_t max_batch = 32, std::size_t max_waiting = 4096);
+  GenerationScheduler(std::shared_ptr<const model_loader::ServableModel> model,
+                      VersionSource version, std::size_t max_batch = 32,
+                      std::size_t max_waiting = 4096);
   ~GenerationScheduler();  // aborts what is in flight and joins the loop
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
@@ -124,7 +125,7 @@ class GenerationScheduler {
   // Ends every request whose deadline passed; returns the earliest deadline left.
   Clock::time_point expire(Clock::time_point now);
 
-  std::shared_ptr<const model_loader::LlamaModel> model_;
+  std::shared_ptr<const model_loader::ServableModel> model_;
   VersionSource version_;
   std::size_t max_batch_;
   std::size_t max_waiting_;

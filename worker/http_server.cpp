@@ -2,10 +2,12 @@
 
 #include <httplib.h>
 
+#include <cctype>
 #include <iostream>
 #include <sstream>
 
 #include "protocol/bounded_json.hpp"
+#include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "worker/bounded_thread_pool.hpp"
 #include "worker/peer_hangup.hpp"
@@ -70,6 +72,35 @@ std::optional<json> body_of(const httplib::Request& req, httplib::Response& res)
     return std::nullopt;
   }
   return body;
+}
+
+// A query-string value as FastAPI reads a bool parameter, or else the string itself.
+json query_value(const std::string& text) {
+  std::string lower;
+  for (char c : text)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
+  return text;
+}
+
+// Adds the query fields of `method` to `params`, each checked on its own so that a bad one is
+// answered with a 400 naming it (`param: "query.mode"`), as vLLM's query validation does.
+bool read_query(const protocol::ControlMethod& method, const httplib::Request& req,
+                httplib::Response& res, json& params) {
+  for (std::string_view field : method.query_fields) {
+    const std::string key(field);
+    if (!req.has_param(key)) continue;
+    json value = query_value(req.get_param_value(key));
+    try {
+      method.validate(json{{key, value}});
+    } catch (const protocol::ValueError& e) {
+      reply_error(res, 400, e.what(), "ValueError", "query." + key);
+      return false;
+    }
+    params[key] = std::move(value);
+  }
+  return true;
 }
 
 // Set on a connection's thread while it is answered only to be turned away (the queue is full).
@@ -155,49 +186,33 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
                   typed ? std::string(protocol::error_type_name(typed->kind())) : "RuntimeError");
     }
   };
-  // POST routes whose JSON body is the method's params.
-  for (const char* method :
-       {"init_weight_transfer_engine", "shutdown_weight_transfer_engine", "start_weight_update",
-        "start_draft_weight_update", "update_weights", "finish_weight_update",
-        "update_weight_version", "weight_checker", "resume"}) {
-    server_->Post(std::string("/") + method,
-                  [call, method](const httplib::Request& req, httplib::Response& res) {
-                    if (auto body = body_of(req, res)) call(method, *body, res);
-                  });
-  }
-  // A generate whose client hangs up stops taking a batch slot.
-  server_->Post("/generate", [call](const httplib::Request& req, httplib::Response& res) {
-    auto body = body_of(req, res);
-    if (!body) return;
-    auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
-                                             req.remote_port);
-    call("generate", *body, res, [peer] { return peer->hung_up(); });
-  });
-  for (const char* method : {"weight_info", "is_paused", "health"}) {
-    server_->Get(std::string("/") + method,
-                 [call, method](const httplib::Request&, httplib::Response& res) {
-                   call(method, json::object(), res);
-                 });
-  }
-  server_->Get("/get_world_size", [call](const httplib::Request& req, httplib::Response& res) {
-    json params = json::object();
-    if (req.has_param("include_dp"))
-      params["include_dp"] = req.get_param_value("include_dp") != "false";
-    call("get_world_size", params, res);
-  });
-  server_->Post("/pause", [call](const httplib::Request& req, httplib::Response& res) {
-    json params = json::object();
-    std::string mode = req.has_param("mode") ? req.get_param_value("mode") : "abort";
-    if (mode != "abort" && mode != "wait" && mode != "keep") {
-      reply_error(res, 400, "Invalid pause mode '" + mode + "': expected abort, wait or keep",
-                  "ValueError", "query.mode");
-      return;
+  // Every route of the control-method table; its params come from the JSON body or the query.
+  for (const auto& method : protocol::control_methods()) {
+    if (method.http_verb == protocol::HttpVerb::kNone) continue;
+    const protocol::ControlMethod* m = &method;  // the table lives as long as the process
+    auto handler = [call, m](const httplib::Request& req, httplib::Response& res) {
+      json params = json::object();
+      if (m->takes_json_body) {
+        auto body = body_of(req, res);
+        if (!body) return;
+        params = std::move(*body);
+      }
+      if (!read_query(*m, req, res, params)) return;
+      std::function<bool()> caller_gone;
+      if (m->cancelled_when_caller_leaves) {  // a generate whose client hangs up frees its slot
+        auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
+                                                 req.remote_port);
+        caller_gone = [peer] { return peer->hung_up(); };
+      }
+      call(std::string(m->name), params, res, caller_gone);
+    };
+    const std::string route(method.http_route);
+    if (method.http_verb == protocol::HttpVerb::kGet) {
+      server_->Get(route, handler);
+    } else {
+      server_->Post(route, handler);
     }
-    params["mode"] = mode;
-    if (req.has_param("clear_cache"))
-      params["clear_cache"] = req.get_param_value("clear_cache") != "false";
-    call("pause", params, res);
-  });
+  }
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(service_), "text/plain; version=0.0.4");
   });

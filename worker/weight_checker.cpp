@@ -7,7 +7,7 @@
 
 namespace hotswap::worker {
 
-WeightChecker::WeightChecker(std::shared_ptr<model_loader::LlamaModel> model,
+WeightChecker::WeightChecker(std::shared_ptr<model_loader::ServableModel> model,
                              int data_parallel_rank, int global_rank)
     : model_(std::move(model)),
       // vLLM 0.33's _weight_checksum_prefix: dp, pp, pcp, tp — no ep part.

@@ -11,20 +11,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_loader/llama_model.hpp"
+#include "model_loader/servable_model.hpp"
 
 namespace hotswap::worker {
 
 class WeightChecker {
  public:
-  WeightChecker(std::shared_ptr<model_loader::LlamaModel> model, int data_parallel_rank,
+  WeightChecker(std::shared_ptr<model_loader::ServableModel> model, int data_parallel_rank,
                 int global_rank);
 
   // Runs one action; ValueError for a bad action or body.
   nlohmann::json handle(const nlohmann::json& params);
 
  private:
-  std::shared_ptr<model_loader::LlamaModel> model_;
+  std::shared_ptr<model_loader::ServableModel> model_;
   std::string key_prefix_;
   int global_rank_;
 };

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "protocol/control_methods.hpp"
+
 namespace hotswap::worker {
 
 WorkerOptions WorkerOptions::parse(int argc, char** argv) {
@@ -13,6 +15,16 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
       "hotswap-worker: an inference worker an RL trainer pushes weights into while it "
       "runs (vLLM's weight-transfer contract over ZeroMQ JSON-RPC and HTTP)"};
   std::string transfer_config, update_mode = "staged";
+  // The control-method table as JSON, for clients in other languages (the Python client's test
+  // checks its methods against it). Answered before --model is required, as --help is.
+  app.add_flag_callback(
+         "--control-methods",
+         [] {
+           std::cout << protocol::control_methods_json().dump(2) << "\n";
+           throw CLI::Success();
+         },
+         "print every control method (name, HTTP route, long or short, metric) as JSON and exit")
+      ->trigger_on_parse();
   app.add_option("--model", o.model, "Hugging Face checkpoint directory")->required();
   app.add_option("--device", o.device, "cpu | cuda:N");
   app.add_option("--dtype", o.dtype, "float32 | bfloat16 | float16 (default: the checkpoint's)");

@@ -3,7 +3,10 @@
 #include <chrono>
 #include <future>
 #include <sstream>
+#include <stdexcept>
 
+#include "model_loader/architecture_registry.hpp"
+#include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
 #include "protocol/weight_transfer_config.hpp"
@@ -16,17 +19,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// vLLM's metric names for each weight operation.
-const std::map<std::string, std::string> kOperationNames = {
-    {"init_weight_transfer_engine", "init"},
-    {"shutdown_weight_transfer_engine", "shutdown"},
-    {"start_weight_update", "start"},
-    {"start_draft_weight_update", "start_draft"},
-    {"update_weights", "update"},
-    {"finish_weight_update", "finish"},
-    {"update_weight_version", "set_version"},
-};
 
 model_loader::ModelOptions model_options(const WorkerOptions& o) {
   model_loader::ModelOptions m;
@@ -47,7 +39,7 @@ model_loader::ModelOptions model_options(const WorkerOptions& o) {
 WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   parallel_.data_parallel_rank = options.data_parallel_rank;
   parallel_.data_parallel_size = options.data_parallel_size;
-  model_ = model_loader::LlamaModel::load(options.model, model_options(options));
+  model_ = model_loader::load_model(options.model, model_options(options));
 
   std::unique_ptr<receiver::WeightTransferEngine> engine;
   if (options.weight_transfer_config) {
@@ -62,16 +54,12 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
       options.max_queued_requests);
   checker_ = std::make_unique<WeightChecker>(model_, parallel_.data_parallel_rank,
                                              parallel_.global_rank());
+  bind_handlers();
 }
 
 WorkerService::~WorkerService() {
   scheduler_.reset();  // aborts generation before the model goes
   controller_.reset();
-}
-
-bool WorkerService::is_long(const std::string& method) {
-  return method != "health" && method != "weight_info" && method != "is_paused" &&
-         method != "get_world_size" && method != "update_weight_version" && method != "resume";
 }
 
 std::string WorkerService::describe() const {
@@ -121,69 +109,172 @@ json WorkerService::call(const std::string& method, const json& params,
   }
 }
 
-json WorkerService::dispatch(const std::string& method, const json& params,
-                             const std::function<bool()>& caller_gone) {
-  // Rejections of a malformed request body come before any work: vLLM's routes answer these
-  // with a 400 and record no metric.
-  protocol::validate_params(method, params);
-  if (kOperationNames.contains(method)) {
-    const std::string op = kOperationNames.at(method);
-    const bool sets_version =
-        method == "finish_weight_update" && protocol::weight_version_of(params).has_value();
-    auto start = Clock::now();
-    {
-      std::lock_guard lock(stats_mutex_);
-      ++stats_[op].in_flight;
+void WorkerService::bind_handlers() {
+  namespace m = protocol::methods;
+  using Params = const json&;
+  using Gone = const CallerGone&;
+  const bool inplace = options_.update_mode == model_loader::UpdateMode::kInplace;
+  auto release_hold_if_ended = [this] {
+    if (update_hold_ && !controller_->session_active()) {
+      scheduler_->release();
+      update_hold_ = false;
     }
-    auto record = [&](bool ok) {
-      std::lock_guard lock(stats_mutex_);
-      auto& s = stats_[op];
-      --s.in_flight;
-      (ok ? s.success : s.error) += 1;
-      s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-      // vLLM counts a finish that carries a version as two operations.
-      if (sets_version && ok) stats_["set_version"].success += 1;
+  };
+  // Starting a session (either kind). In place, generation must not read weights that are being
+  // written: hold it until the session ends.
+  auto start = [this, inplace, release_hold_if_ended](void (WeightUpdateController::*begin)(),
+                                                      const char* message) {
+    return [this, inplace, release_hold_if_ended, begin, message](Params, Gone) -> json {
+      if (inplace && !update_hold_ && !controller_->session_active()) {
+        scheduler_->hold();
+        update_hold_ = true;
+      }
+      try {
+        ((*controller_).*begin)();
+      } catch (...) {
+        release_hold_if_ended();
+        throw;
+      }
+      return {{"message", message}};
     };
-    try {
-      json result = weight_call(method, params);
-      record(true);
-      return result;
-    } catch (...) {
-      record(false);
-      throw;
+  };
+
+  handlers_ = {
+      {m::kInitWeightTransferEngine,
+       [this](Params params, Gone) -> json {
+         controller_->init_weight_transfer_engine(protocol::init_info_of(params));
+         return {{"message", "Weight transfer initialized"}};
+       }},
+      {m::kShutdownWeightTransferEngine,
+       [this, release_hold_if_ended](Params, Gone) -> json {
+         controller_->shutdown_weight_transfer_engine();
+         release_hold_if_ended();
+         return {{"message", "Weight transfer shut down"}};
+       }},
+      {m::kStartWeightUpdate,
+       start(&WeightUpdateController::start_weight_update, "Weight update started")},
+      {m::kStartDraftWeightUpdate,
+       start(&WeightUpdateController::start_draft_weight_update, "Draft weight update started")},
+      {m::kUpdateWeights,
+       [this, release_hold_if_ended](Params params, Gone) -> json {
+         const json& update_info = protocol::update_info_of(params);
+         try {
+           controller_->update_weights(update_info);
+         } catch (...) {
+           release_hold_if_ended();
+           throw;
+         }
+         return {{"message", "Weights updated"}};
+       }},
+      {m::kFinishWeightUpdate,
+       [this, release_hold_if_ended](Params params, Gone) -> json {
+         auto version = protocol::weight_version_of(params);
+         // Staged: the commit and the new version land together between two generation steps.
+         if (!update_hold_) scheduler_->hold();
+         try {
+           controller_->finish_weight_update(version);
+         } catch (...) {
+           if (!update_hold_) scheduler_->release();
+           release_hold_if_ended();
+           throw;
+         }
+         if (!update_hold_) scheduler_->release();
+         release_hold_if_ended();
+         return {{"message", "Weight update finished"}};
+       }},
+      {m::kUpdateWeightVersion,
+       [this](Params params, Gone) -> json {
+         auto version = protocol::new_version_of(params);
+         controller_->update_weight_version(version);
+         return {{"success", true}, {"new_version", version}};
+       }},
+      {m::kWeightInfo,
+       [this](Params, Gone) -> json {
+         auto v = controller_->weight_version();
+         return {{"weight_version", v ? json(*v) : json(nullptr)}};
+       }},
+      {m::kPause,
+       [this](Params params, Gone) -> json {
+         // clear_cache: hotswap keeps no prefix cache, so there is nothing to clear.
+         auto pause = protocol::PauseParams::from_json(params);
+         scheduler_->pause(pause_mode_from_name(pause.mode), options_.timeout());
+         return {{"status", "paused"}};
+       }},
+      {m::kResume,
+       [this](Params, Gone) -> json {
+         scheduler_->resume();
+         return {{"status", "resumed"}};
+       }},
+      {m::kIsPaused,
+       [this](Params, Gone) -> json {
+         return {{"is_paused", scheduler_->is_paused()}};
+       }},
+      {m::kGetWorldSize,
+       [this](Params params, Gone) -> json {
+         bool include_dp = protocol::WorldSizeParams::from_json(params).include_dp;
+         int size = parallel_.world_size() * (include_dp ? parallel_.data_parallel_size : 1);
+         return {{"world_size", size}};
+       }},
+      {m::kWeightChecker, [this](Params params, Gone) { return checker_->handle(params); }},
+      {m::kGenerate,
+       [this](Params params, Gone caller_gone) { return generate(params, caller_gone); }},
+      {m::kHealth, [this](Params, Gone) { return health(); }},
+      {m::kShutdown,
+       [this](Params, Gone) -> json {
+         shutdown_requested_ = true;
+         return {{"status", "shutting down"}};
+       }},
+  };
+  // The table and the handlers must name the same methods: a method added to one only is a
+  // defect found at start-up, not a MethodNotFound found by a user.
+  for (const auto& method : protocol::control_methods()) {
+    if (!handlers_.contains(method.name)) {
+      throw std::logic_error("control method '" + std::string(method.name) + "' has no handler");
     }
   }
-  if (method == "health") return health();
-  if (method == "weight_info") {
-    auto v = controller_->weight_version();
-    return {{"weight_version", v ? json(*v) : json(nullptr)}};
+  if (handlers_.size() != protocol::control_methods().size()) {
+    throw std::logic_error("a handler is bound to a method protocol/control_methods.cpp lacks");
   }
-  if (method == "is_paused") return {{"is_paused", scheduler_->is_paused()}};
-  if (method == "get_world_size") {
-    bool include_dp = protocol::WorldSizeParams::from_json(params).include_dp;
-    int size = parallel_.world_size() * (include_dp ? parallel_.data_parallel_size : 1);
-    return {{"world_size", size}};
-  }
-  if (method == "pause") {
-    // clear_cache: hotswap keeps no prefix cache, so there is nothing to clear.
-    auto pause = protocol::PauseParams::from_json(params);
-    scheduler_->pause(pause_mode_from_name(pause.mode), options_.timeout());
-    return {{"status", "paused"}};
-  }
-  if (method == "resume") {
-    scheduler_->resume();
-    return {{"status", "resumed"}};
-  }
-  if (method == "weight_checker") return checker_->handle(params);
-  if (method == "generate") return generate(params, caller_gone);
-  if (method == "shutdown") {
-    shutdown_requested_ = true;
-    return {{"status", "shutting down"}};
-  }
-  throw protocol::MethodNotFound("Method not found: '" + method + "'");
 }
 
-json WorkerService::weight_call(const std::string& method, const json& params) {
+json WorkerService::dispatch(const std::string& name, const json& params,
+                             const CallerGone& caller_gone) {
+  // Rejections of a malformed request body come before any work: vLLM's routes answer these
+  // with a 400 and record no metric.
+  protocol::validate_params(name, params);
+  const protocol::ControlMethod& method = protocol::control_method(name);
+  const Handler& handler = handlers_.at(method.name);
+  if (method.metric_operation.empty()) return handler(params, caller_gone);
+
+  // A weight-transfer call: counted for /metrics, one at a time per worker.
+  const std::string op(method.metric_operation);
+  const bool sets_version = method.name == protocol::methods::kFinishWeightUpdate &&
+                            protocol::weight_version_of(params).has_value();
+  auto start = Clock::now();
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_[op].in_flight;
+  }
+  auto record = [&](bool ok) {
+    std::lock_guard lock(stats_mutex_);
+    auto& s = stats_[op];
+    --s.in_flight;
+    (ok ? s.success : s.error) += 1;
+    s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    // vLLM counts a finish that carries a version as two operations.
+    if (sets_version && ok) stats_["set_version"].success += 1;
+  };
+  try {
+    json result = weight_call(name, [&] { return handler(params, caller_gone); });
+    record(true);
+    return result;
+  } catch (...) {
+    record(false);
+    throw;
+  }
+}
+
+json WorkerService::weight_call(const std::string& name, const std::function<json()>& run) {
   std::unique_lock lock(weight_ops_, std::defer_lock);
   if (!lock.try_lock_for(std::chrono::milliseconds(100))) {
     throw protocol::RuntimeError(
@@ -201,74 +292,8 @@ json WorkerService::weight_call(const std::string& method, const json& params) {
       std::lock_guard guard(service.stats_mutex_);
       service.weight_call_.clear();
     }
-  } running(*this, method);
-  const bool inplace = options_.update_mode == model_loader::UpdateMode::kInplace;
-  auto release_hold_if_ended = [&] {
-    if (update_hold_ && !controller_->session_active()) {
-      scheduler_->release();
-      update_hold_ = false;
-    }
-  };
-
-  if (method == "init_weight_transfer_engine") {
-    controller_->init_weight_transfer_engine(protocol::init_info_of(params));
-    return {{"message", "Weight transfer initialized"}};
-  }
-  if (method == "shutdown_weight_transfer_engine") {
-    controller_->shutdown_weight_transfer_engine();
-    release_hold_if_ended();
-    return {{"message", "Weight transfer shut down"}};
-  }
-  if (method == "start_weight_update" || method == "start_draft_weight_update") {
-    // In place, generation must not read weights that are being written: hold it.
-    if (inplace && !update_hold_ && !controller_->session_active()) {
-      scheduler_->hold();
-      update_hold_ = true;
-    }
-    try {
-      if (method == "start_weight_update") {
-        controller_->start_weight_update();
-      } else {
-        controller_->start_draft_weight_update();
-      }
-    } catch (...) {
-      release_hold_if_ended();
-      throw;
-    }
-    return {{"message", method == "start_weight_update" ? "Weight update started"
-                                                        : "Draft weight update started"}};
-  }
-  if (method == "update_weights") {
-    const json& update_info = protocol::update_info_of(params);
-    try {
-      controller_->update_weights(update_info);
-    } catch (...) {
-      release_hold_if_ended();
-      throw;
-    }
-    return {{"message", "Weights updated"}};
-  }
-  if (method == "finish_weight_update") {
-    auto version = protocol::weight_version_of(params);
-    // Staged: the commit and the new version land together between two generation steps.
-    if (!update_hold_) scheduler_->hold();
-    try {
-      controller_->finish_weight_update(version);
-    } catch (...) {
-      if (!update_hold_) scheduler_->release();
-      release_hold_if_ended();
-      throw;
-    }
-    if (!update_hold_) scheduler_->release();
-    release_hold_if_ended();
-    return {{"message", "Weight update finished"}};
-  }
-  if (method == "update_weight_version") {
-    auto version = protocol::new_version_of(params);
-    controller_->update_weight_version(version);
-    return {{"success", true}, {"new_version", version}};
-  }
-  throw protocol::MethodNotFound("Method not found: '" + method + "'");
+  } running(*this, name);
+  return run();
 }
 
 std::uint64_t WorkerService::generate_async(const json& params, GenerateDone done) {

@@ -10,10 +10,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
-#include "model_loader/llama_model.hpp"
+#include "model_loader/servable_model.hpp"
 #include "worker/generation_scheduler.hpp"
 #include "worker/weight_checker.hpp"
 #include "worker/weight_update_controller.hpp"
@@ -43,9 +44,6 @@ class WorkerService {
   // control loop stops, so that every caller hears back before the servers go.
   void stop_generation();
 
-  // Methods that may take long (a transfer, generation, hashing, a drain) and so run off the
-  // socket thread; the others answer at once.
-  static bool is_long(const std::string& method);
   bool shutdown_requested() const { return shutdown_requested_; }
   // One line for the start-up log: what was loaded and how.
   std::string describe() const;
@@ -60,18 +58,25 @@ class WorkerService {
   std::uint64_t bytes_received() const { return controller_->bytes_received(); }
 
  private:
-  nlohmann::json dispatch(const std::string& method, const nlohmann::json& params,
-                          const std::function<bool()>& caller_gone);
-  nlohmann::json weight_call(const std::string& method, const nlohmann::json& params);
+  using CallerGone = std::function<bool()>;
+  using Handler =
+      std::function<nlohmann::json(const nlohmann::json& params, const CallerGone& caller_gone)>;
+  // One handler per method of protocol::control_methods(), checked at construction.
+  void bind_handlers();
+  nlohmann::json dispatch(const std::string& name, const nlohmann::json& params,
+                          const CallerGone& caller_gone);
+  // Runs a weight-transfer call under the one-at-a-time lock, named in health while it runs.
+  nlohmann::json weight_call(const std::string& name, const std::function<nlohmann::json()>& run);
   nlohmann::json generate(const nlohmann::json& params, const std::function<bool()>& caller_gone);
   nlohmann::json health() const;
 
   WorkerOptions options_;
   receiver::ParallelConfig parallel_;
-  std::shared_ptr<model_loader::LlamaModel> model_;
+  std::shared_ptr<model_loader::ServableModel> model_;
   std::unique_ptr<WeightUpdateController> controller_;
   std::unique_ptr<GenerationScheduler> scheduler_;
   std::unique_ptr<WeightChecker> checker_;
+  std::map<std::string_view, Handler> handlers_;
   std::string backend_;
   std::timed_mutex weight_ops_;  // one weight-transfer call at a time per worker
   bool update_hold_ = false;     // inplace: generation held during a session

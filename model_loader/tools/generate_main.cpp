@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model_loader/architecture_registry.hpp"
 #include "model_loader/generation.hpp"
-#include "model_loader/llama_model.hpp"
 #include "protocol/errors.hpp"
 
 using namespace hotswap;
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       }
       options.quantize_int8 = true;
     }
-    auto model = model_loader::LlamaModel::load(model_dir, options);
+    auto model = model_loader::load_model(model_dir, options);
     auto result = model_loader::generate(*model, {prompt}, params).at(0);
     nlohmann::json out = {{"token_ids", result.token_ids}, {"logprobs", result.logprobs}};
     if (json_output) {

@@ -5,18 +5,22 @@
 #include <chrono>
 #include <iostream>
 
+#include "model_loader/architecture_registry.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "protocol/errors.hpp"
 
 using namespace hotswap;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Write a Llama-family Hugging Face checkpoint with deterministic random weights"};
+  CLI::App app{"Write a Hugging Face checkpoint with deterministic random weights"};
   std::string arch, dtype = "float32", out;
   model_loader::ModelConfig config;
   std::int64_t head_dim = 0;
   std::uint64_t seed = 0, shard_size = 0;
-  app.add_option("--arch", arch, "llama | mistral | qwen2 | qwen3")->required();
+  std::string model_types;
+  for (const auto& a : model_loader::ArchitectureRegistry::builtin().all())
+    model_types += (model_types.empty() ? "" : " | ") + a.model_type;
+  app.add_option("--arch", arch, model_types)->required();
   app.add_option("--layers", config.num_hidden_layers, "decoder layers")->required();
   app.add_option("--hidden-size", config.hidden_size)->required();
   app.add_option("--intermediate-size", config.intermediate_size)->required();
@@ -36,7 +40,7 @@ int main(int argc, char** argv) {
     // architecture rule (Qwen2 biases, Qwen3 q/k norms) applies.
     nlohmann::json json = {
         {"architectures",
-         {model_loader::architecture_hf_name(model_loader::architecture_from_short_name(arch))}},
+         {model_loader::ArchitectureRegistry::builtin().find_by_model_type(arch).name}},
         {"hidden_size", config.hidden_size},
         {"intermediate_size", config.intermediate_size},
         {"num_hidden_layers", config.num_hidden_layers},

@@ -34,7 +34,7 @@ constexpr int kTimeoutSeconds = 5;  // the worker's and the trainer's --timeout
 
 struct Setup {
   model_loader::ModelConfig config =
-      testing::tiny_config(model_loader::Architecture::kLlama, protocol::DType::kFloat32);
+      testing::tiny_config(model_loader::architectures::kLlama, protocol::DType::kFloat32);
   testing::CheckpointDir served{config, 7100};
   testing::CheckpointDir trained{config, 7200};
   testing::TempDir shared;  // the disk backend's directory

@@ -30,7 +30,7 @@ namespace {
 
 struct Fixture {
   model_loader::ModelConfig config =
-      testing::tiny_config(model_loader::Architecture::kQwen3, protocol::DType::kBFloat16);
+      testing::tiny_config(model_loader::architectures::kQwen3, protocol::DType::kBFloat16);
   CheckpointDir old_ckpt{config, 3100};
   CheckpointDir new_ckpt{config, 3200};
 

@@ -38,7 +38,7 @@ std::vector<std::string> leftover_segments() {
 
 struct Fixture {
   model_loader::ModelConfig config =
-      testing::tiny_config(model_loader::Architecture::kLlama, protocol::DType::kBFloat16);
+      testing::tiny_config(model_loader::architectures::kLlama, protocol::DType::kBFloat16);
   testing::CheckpointDir old_ckpt{config, 5100};
   testing::CheckpointDir new_ckpt{config, 5200};
 

@@ -33,7 +33,7 @@ at::Tensor floats(std::vector<float> v) {
 BOOST_AUTO_TEST_SUITE(sparse_gloo_end_to_end)
 
 BOOST_AUTO_TEST_CASE(a_sparse_round_changes_exactly_the_patched_elements) {
-  auto config = testing::tiny_config(model_loader::Architecture::kQwen2);
+  auto config = testing::tiny_config(model_loader::architectures::kQwen2);
   testing::CheckpointDir ckpt(config, 4100);
   testing::WorkerProcess worker({"--model", ckpt.dir.path.string(), "--weight-transfer-config",
                                  R"({"backend": "sparse_gloo"})", "--timeout", "20"});

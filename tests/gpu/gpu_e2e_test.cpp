@@ -58,7 +58,7 @@ struct NeedsGpus {
 
 // A Llama of about 620 MB in bfloat16.
 model_loader::ModelConfig medium_config() {
-  auto c = testing::tiny_config(model_loader::Architecture::kLlama, protocol::DType::kBFloat16);
+  auto c = testing::tiny_config(model_loader::architectures::kLlama, protocol::DType::kBFloat16);
   c.hidden_size = 2048;
   c.intermediate_size = 5632;
   c.num_hidden_layers = 4;
@@ -72,7 +72,7 @@ model_loader::ModelConfig medium_config() {
 
 struct Models {
   explicit Models(model_loader::ModelConfig c = testing::tiny_config(
-                      model_loader::Architecture::kLlama, protocol::DType::kBFloat16))
+                      model_loader::architectures::kLlama, protocol::DType::kBFloat16))
       : config(std::move(c)), old_ckpt(config, 6100) {}
   model_loader::ModelConfig config;
   CheckpointDir old_ckpt;
@@ -110,8 +110,8 @@ BOOST_AUTO_TEST_CASE(greedy_tokens_and_float32_logprobs_on_cuda_0_equal_the_cpus
   model_loader::SamplingParams greedy;
   greedy.max_tokens = 16;
   greedy.temperature = 0;
-  for (auto arch : {model_loader::Architecture::kLlama, model_loader::Architecture::kMistral,
-                    model_loader::Architecture::kQwen2, model_loader::Architecture::kQwen3}) {
+  for (auto arch : {model_loader::architectures::kLlama, model_loader::architectures::kMistral,
+                    model_loader::architectures::kQwen2, model_loader::architectures::kQwen3}) {
     CheckpointDir ckpt(testing::tiny_config(arch), 31);  // float32
     model_loader::ModelOptions on_gpu;
     on_gpu.device = c10::Device(c10::kCUDA, 0);
@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(greedy_tokens_and_float32_logprobs_on_cuda_0_equal_the_cpus
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_on_cuda_0_generates_what_a_worker_on_the_cpu_does) {
-  CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kQwen3), 32);
+  CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kQwen3), 32);
   nlohmann::json request = {{"prompt_token_ids", kPrompts[0]},
                             {"max_tokens", 12},
                             {"temperature", 0},

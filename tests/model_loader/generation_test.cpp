@@ -9,7 +9,7 @@
 #include "protocol/errors.hpp"
 
 using namespace hotswap;
-using model_loader::Architecture;
+namespace architectures = model_loader::architectures;
 using model_loader::SamplingParams;
 
 namespace {
@@ -17,8 +17,8 @@ namespace {
 const std::vector<std::int64_t> kPrompt = {3, 17, 42, 5, 9};
 
 struct Fixture {
-  testing::CheckpointDir ckpt{testing::tiny_config(Architecture::kLlama), 300};
-  std::shared_ptr<model_loader::LlamaModel> model = ckpt.load();
+  testing::CheckpointDir ckpt{testing::tiny_config(architectures::kLlama), 300};
+  std::shared_ptr<model_loader::ServableModel> model = ckpt.load();
 };
 
 SamplingParams sampled(std::uint64_t seed, std::int64_t max_tokens = 12) {

@@ -12,7 +12,7 @@
 #include "transport/tensor_digest.hpp"
 
 using namespace hotswap;
-using model_loader::Architecture;
+namespace architectures = model_loader::architectures;
 using model_loader::NamedTensor;
 using model_loader::UpdateMode;
 using testing::CheckpointDir;
@@ -23,12 +23,12 @@ const std::vector<std::int64_t> kPrompt = {3, 17, 42, 5, 9, 61, 7, 20};
 
 // An "old" model and a "new" checkpoint of the same shape.
 struct Fixture {
-  model_loader::ModelConfig config = testing::tiny_config(Architecture::kQwen2);
+  model_loader::ModelConfig config = testing::tiny_config(architectures::kQwen2);
   CheckpointDir old_ckpt{config, 100};
   CheckpointDir new_ckpt{config, 200};
   std::vector<NamedTensor> update = new_ckpt.tensors();
 
-  std::shared_ptr<model_loader::LlamaModel> model(UpdateMode mode, bool int8 = false) const {
+  std::shared_ptr<model_loader::ServableModel> model(UpdateMode mode, bool int8 = false) const {
     model_loader::ModelOptions options;
     options.update_mode = mode;
     options.quantize_int8 = int8;

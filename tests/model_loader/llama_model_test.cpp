@@ -1,4 +1,4 @@
-#include "model_loader/llama_model.hpp"
+#include "model_loader/architectures/llama_model.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -10,6 +10,7 @@
 
 #include <fstream>
 
+#include "model_loader/architecture_registry.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/safetensors_writer.hpp"
 #include "model_test_support.hpp"
@@ -18,7 +19,7 @@
 #include "transport/torch_dtype.hpp"
 
 using namespace hotswap;
-using model_loader::Architecture;
+namespace architectures = model_loader::architectures;
 using testing::CheckpointDir;
 
 namespace {
@@ -34,8 +35,8 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 BOOST_AUTO_TEST_SUITE(llama_model)
 
 BOOST_AUTO_TEST_CASE(fused_runtime_model_matches_the_reference_forward_for_each_architecture) {
-  for (auto arch :
-       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+  for (auto arch : {architectures::kLlama, architectures::kMistral, architectures::kQwen2,
+                    architectures::kQwen3}) {
     CheckpointDir ckpt(testing::tiny_config(arch), 11);
     auto model = ckpt.load();
     at::Tensor ours = testing::model_logits(*model, kPrompt);
@@ -45,7 +46,7 @@ BOOST_AUTO_TEST_CASE(fused_runtime_model_matches_the_reference_forward_for_each_
 }
 
 BOOST_AUTO_TEST_CASE(tied_embeddings_have_no_lm_head_and_reuse_the_embedding) {
-  auto config = testing::tiny_config(Architecture::kQwen2);
+  auto config = testing::tiny_config(architectures::kQwen2);
   config.tie_word_embeddings = true;
   CheckpointDir ckpt(config, 12);
   BOOST_TEST(!ckpt.open().contains("lm_head.weight"));
@@ -62,8 +63,8 @@ BOOST_AUTO_TEST_CASE(tied_embeddings_have_no_lm_head_and_reuse_the_embedding) {
 
 BOOST_AUTO_TEST_CASE(fused_rows_land_at_their_offsets) {
   // Unfusing the runtime storage gives back every checkpoint tensor bit for bit.
-  for (auto arch :
-       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+  for (auto arch : {architectures::kLlama, architectures::kMistral, architectures::kQwen2,
+                    architectures::kQwen3}) {
     CheckpointDir each(testing::tiny_config(arch), 13);
     auto digests = each.load()->checkpoint_checksums();
     auto file = each.open();
@@ -72,7 +73,7 @@ BOOST_AUTO_TEST_CASE(fused_rows_land_at_their_offsets) {
       BOOST_TEST(digests.at(name) == transport::sha256_hex(file.tensor(name)), name);
     }
   }
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kQwen2), 13);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kQwen2), 13);
   auto model = ckpt.load();
   // The runtime view has the fused parameters, keyed as vLLM's checker keys them.
   auto runtime = model->runtime_checksums("dp0:pp0:pcp0:tp0:");
@@ -83,7 +84,7 @@ BOOST_AUTO_TEST_CASE(fused_rows_land_at_their_offsets) {
 }
 
 BOOST_AUTO_TEST_CASE(kv_cache_decoding_equals_full_recomputation) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kLlama), 14);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 14);
   auto model = ckpt.load();
   at::Tensor full = testing::model_logits(*model, kPrompt);
   model_loader::KvCache cache;
@@ -100,7 +101,7 @@ BOOST_AUTO_TEST_CASE(kv_cache_decoding_equals_full_recomputation) {
 }
 
 BOOST_AUTO_TEST_CASE(a_batched_step_equals_each_sequence_alone) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kQwen3), 15);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kQwen3), 15);
   auto model = ckpt.load();
   std::vector<std::int64_t> a(kPrompt.begin(), kPrompt.begin() + 7), b = {5, 4, 3};
   model_loader::KvCache ca, cb;
@@ -113,7 +114,7 @@ BOOST_AUTO_TEST_CASE(a_batched_step_equals_each_sequence_alone) {
 }
 
 BOOST_AUTO_TEST_CASE(load_rejects_unknown_names_and_wrong_shapes_before_writing_anything) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kLlama), 16);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 16);
   auto model = ckpt.load();
   auto before = model->runtime_checksums("");
   auto fresh = at::zeros({16, 32});  // k_proj: 2 kv heads × head_dim 8
@@ -133,7 +134,7 @@ BOOST_AUTO_TEST_CASE(load_rejects_unknown_names_and_wrong_shapes_before_writing_
 }
 
 BOOST_AUTO_TEST_CASE(a_checkpoint_missing_a_tensor_does_not_load) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kLlama), 17);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 17);
   auto tensors = ckpt.tensors();
   std::vector<std::pair<std::string, at::Tensor>> kept;
   for (const auto& [name, t] : tensors) {
@@ -142,12 +143,12 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_missing_a_tensor_does_not_load) {
   testing::TempDir dir;
   std::filesystem::copy_file(ckpt.dir.path / "config.json", dir.path / "config.json");
   model_loader::save_safetensors((dir.path / "model.safetensors").string(), kept);
-  HOTSWAP_CHECK_THROW_MSG(model_loader::LlamaModel::load(dir.path), protocol::ValueError,
+  HOTSWAP_CHECK_THROW_MSG(model_loader::load_model(dir.path), protocol::ValueError,
                           "the checkpoint is missing 1 tensors: model.layers.1.mlp.up_proj.weight");
 }
 
 BOOST_AUTO_TEST_CASE(int8_logits_stay_close_to_float32) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kLlama), 18);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 18);
   model_loader::ModelOptions int8;
   int8.quantize_int8 = true;
   at::Tensor exact = testing::model_logits(*ckpt.load(), kPrompt);
@@ -163,7 +164,7 @@ BOOST_AUTO_TEST_CASE(int8_logits_stay_close_to_float32) {
 }
 
 BOOST_AUTO_TEST_CASE(an_integer_runtime_dtype_is_refused) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kLlama), 20);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 20);
   model_loader::ModelOptions options;
   options.dtype = protocol::DType::kInt8;
   HOTSWAP_CHECK_THROW_MSG(ckpt.load(options), protocol::ValueError,
@@ -171,7 +172,7 @@ BOOST_AUTO_TEST_CASE(an_integer_runtime_dtype_is_refused) {
 }
 
 BOOST_AUTO_TEST_CASE(bfloat16_and_float16_runtimes_track_float32) {
-  CheckpointDir ckpt(testing::tiny_config(Architecture::kMistral), 19);
+  CheckpointDir ckpt(testing::tiny_config(architectures::kMistral), 19);
   at::Tensor exact = testing::model_logits(*ckpt.load(), kPrompt);
   for (auto dtype : {protocol::DType::kBFloat16, protocol::DType::kFloat16}) {
     model_loader::ModelOptions options;
@@ -189,8 +190,8 @@ BOOST_AUTO_TEST_CASE(bfloat16_and_float16_runtimes_track_float32) {
 // the same slip fails the first forward of a worker on cuda:N.
 BOOST_AUTO_TEST_CASE(every_tensor_a_forward_makes_follows_the_models_device) {
   const c10::Device meta(c10::kMeta);
-  for (auto arch :
-       {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
+  for (auto arch : {architectures::kLlama, architectures::kMistral, architectures::kQwen2,
+                    architectures::kQwen3}) {
     for (auto dtype : {protocol::DType::kFloat32, protocol::DType::kBFloat16}) {
       CheckpointDir ckpt(testing::tiny_config(arch), 21);
       model_loader::ModelOptions options;
@@ -223,7 +224,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_continuations_match_transformers) {
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
     auto golden = nlohmann::json::parse(std::ifstream(entry.path() / "golden.json"));
     const bool bf16 = golden["dtype"] == "bfloat16";
-    auto model = model_loader::LlamaModel::load(entry.path());
+    auto model = model_loader::load_model(entry.path());
     auto prompt = golden["prompt"].get<std::vector<std::int64_t>>();
     at::Tensor logits = testing::model_logits(*model, prompt);
     std::vector<at::Tensor> rows;

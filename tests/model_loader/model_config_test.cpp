@@ -7,12 +7,13 @@
 #include <future>
 #include <limits>
 
-#include "model_loader/llama_model.hpp"
+#include "model_loader/architecture_registry.hpp"
+#include "model_loader/architectures/llama_model.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 
 using namespace hotswap;
-using model_loader::Architecture;
+namespace architectures = model_loader::architectures;
 using model_loader::ModelConfig;
 using nlohmann::json;
 
@@ -28,7 +29,7 @@ BOOST_AUTO_TEST_SUITE(model_config)
 
 BOOST_AUTO_TEST_CASE(each_architecture_sets_the_fields_that_change_the_math) {
   auto llama = ModelConfig::from_json(base("LlamaForCausalLM"));
-  BOOST_TEST((llama.architecture == Architecture::kLlama));
+  BOOST_TEST((llama.architecture == architectures::kLlama));
   BOOST_TEST(llama.head_dim == 16);
   BOOST_TEST(!llama.qkv_bias);
   BOOST_TEST((llama.torch_dtype == protocol::DType::kBFloat16));

@@ -14,14 +14,15 @@
 #include <cmath>
 #include <numbers>
 
+#include "model_loader/architecture_registry.hpp"
+#include "model_loader/architectures/llama_model.hpp"
 #include "model_loader/checkpoint.hpp"
-#include "model_loader/llama_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "test_support.hpp"
 
 namespace hotswap::testing {
 
-inline model_loader::ModelConfig tiny_config(model_loader::Architecture arch,
+inline model_loader::ModelConfig tiny_config(std::string_view arch,
                                              protocol::DType dtype = protocol::DType::kFloat32) {
   model_loader::ModelConfig c;
   c.architecture = arch;
@@ -35,21 +36,17 @@ inline model_loader::ModelConfig tiny_config(model_loader::Architecture arch,
   c.max_position_embeddings = 64;
   c.rms_norm_eps = 1e-5;
   c.torch_dtype = dtype;
-  switch (arch) {
-    case model_loader::Architecture::kQwen2:
-      c.qkv_bias = true;
-      break;
-    case model_loader::Architecture::kQwen3:
-      c.qk_norm = true;
-      c.head_dim = 16;  // apart from hidden_size / heads
-      break;
-    case model_loader::Architecture::kMistral:
-      c.sliding_window = 3;
-      break;
-    case model_loader::Architecture::kLlama:
-      c.rope_scaling = model_loader::Llama3RopeScaling{8.0, 1.0, 4.0, 8};
-      c.rope_theta = 500000.0;
-      break;
+  namespace names = model_loader::architectures;
+  if (arch == names::kQwen2) {
+    c.qkv_bias = true;
+  } else if (arch == names::kQwen3) {
+    c.qk_norm = true;
+    c.head_dim = 16;  // apart from hidden_size / heads
+  } else if (arch == names::kMistral) {
+    c.sliding_window = 3;
+  } else if (arch == names::kLlama) {
+    c.rope_scaling = model_loader::Llama3RopeScaling{8.0, 1.0, 4.0, 8};
+    c.rope_theta = 500000.0;
   }
   // Round-trip through config.json so the test model is exactly what a file would give.
   return model_loader::ModelConfig::from_json(c.to_json());
@@ -66,8 +63,8 @@ struct CheckpointDir {
     model_loader::write_synthetic_checkpoint(dir.path, c, options);
   }
   model_loader::Checkpoint open() const { return model_loader::Checkpoint::open(dir.path); }
-  std::shared_ptr<model_loader::LlamaModel> load(model_loader::ModelOptions options = {}) const {
-    return model_loader::LlamaModel::load(dir.path, options);
+  std::shared_ptr<model_loader::ServableModel> load(model_loader::ModelOptions options = {}) const {
+    return model_loader::load_model(dir.path, options);
   }
   // Every tensor of the checkpoint, as (name, tensor) in file order.
   std::vector<model_loader::NamedTensor> tensors() const {
@@ -174,7 +171,7 @@ inline at::Tensor reference_logits(const model_loader::Checkpoint& ckpt,
 }
 
 // The model's logits of every position of one sequence, without keeping the cache.
-inline at::Tensor model_logits(const model_loader::LlamaModel& model,
+inline at::Tensor model_logits(const model_loader::ServableModel& model,
                                const std::vector<std::int64_t>& ids) {
   model_loader::KvCache cache;
   std::vector<model_loader::ForwardSlice> slices{{&cache, static_cast<std::int64_t>(ids.size())}};

@@ -2,6 +2,10 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <map>
+#include <set>
+
+#include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 
@@ -63,6 +67,72 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
   HOTSWAP_CHECK_THROW_MSG(validate_params("nope", json::object()), MethodNotFound,
                           "Method not found: 'nope'");
   BOOST_TEST(method_names().size() == 16u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(control_method_table)
+
+BOOST_AUTO_TEST_CASE(each_method_has_vllms_route_and_one_validator) {
+  std::set<std::string_view> names;
+  for (const auto& m : control_methods()) {
+    BOOST_TEST_CONTEXT(m.name) {
+      BOOST_TEST(names.insert(m.name).second);  // named once
+      BOOST_TEST((m.validate != nullptr));
+      if (m.http_verb == HttpVerb::kNone) {
+        BOOST_TEST(m.http_route.empty());
+      } else {
+        BOOST_TEST(m.http_route == "/" + std::string(m.name));  // vLLM's routes are its names
+      }
+      // A GET carries no body; a route reads its params from one place.
+      if (m.http_verb == HttpVerb::kGet) BOOST_TEST(!m.takes_json_body);
+      BOOST_TEST(!(m.takes_json_body && !m.query_fields.empty()));
+      // Only a call that may take long can be cancelled midway.
+      if (m.cancelled_when_caller_leaves) BOOST_TEST(m.long_running);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_weight_calls_carry_vllms_metric_operation_names) {
+  std::map<std::string_view, std::string_view> ops;
+  for (const auto& m : control_methods()) {
+    if (!m.metric_operation.empty()) ops[m.name] = m.metric_operation;
+  }
+  const std::map<std::string_view, std::string_view> vllm{
+      {"init_weight_transfer_engine", "init"},
+      {"shutdown_weight_transfer_engine", "shutdown"},
+      {"start_weight_update", "start"},
+      {"start_draft_weight_update", "start_draft"},
+      {"update_weights", "update"},
+      {"finish_weight_update", "finish"},
+      {"update_weight_version", "set_version"}};
+  BOOST_TEST((ops == vllm));
+}
+
+BOOST_AUTO_TEST_CASE(quick_methods_answer_on_the_socket_thread) {
+  for (auto name : {"health", "weight_info", "is_paused", "get_world_size", "update_weight_version",
+                    "resume"}) {
+    BOOST_TEST(!control_method(name).long_running, name);
+  }
+  for (auto name : {"update_weights", "pause", "generate", "weight_checker", "shutdown"}) {
+    BOOST_TEST(control_method(name).long_running, name);
+  }
+  HOTSWAP_CHECK_THROW_MSG(control_method("nope"), MethodNotFound, "Method not found: 'nope'");
+  BOOST_TEST(find_control_method("nope") == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(the_json_form_lists_every_method_in_table_order) {
+  json table = control_methods_json();
+  BOOST_TEST(table["methods"].size() == control_methods().size());
+  BOOST_TEST(table["methods"][0]["name"] == "init_weight_transfer_engine");
+  json pause = table["methods"][8];
+  BOOST_TEST(pause == json({{"name", "pause"},
+                            {"http_verb", "POST"},
+                            {"http_route", "/pause"},
+                            {"query_fields", {"mode", "clear_cache"}},
+                            {"takes_json_body", false},
+                            {"long_running", true},
+                            {"metric_operation", nullptr}}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

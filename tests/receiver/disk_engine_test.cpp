@@ -13,10 +13,10 @@ using testing::CheckpointDir;
 namespace {
 
 struct Fixture {
-  model_loader::ModelConfig config = testing::tiny_config(model_loader::Architecture::kQwen3);
+  model_loader::ModelConfig config = testing::tiny_config(model_loader::architectures::kQwen3);
   CheckpointDir old_ckpt{config, 400};
   CheckpointDir new_ckpt{config, 500};
-  std::shared_ptr<model_loader::LlamaModel> model = old_ckpt.load();
+  std::shared_ptr<model_loader::ServableModel> model = old_ckpt.load();
   std::unique_ptr<receiver::WeightTransferEngine> engine =
       receiver::WeightTransferEngineFactory::create_engine(
           receiver::EngineContext{{"disk"}, {}, c10::Device(c10::kCPU), model});

@@ -1,15 +1,22 @@
 """The Python client against a real hotswap-worker. Usage: python_client_test.py WORKER MAKE_MODEL"""
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "trainer_sdk", "python"))
-from hotswap_client import HotswapError, HotswapWeightSyncClient  # noqa: E402
+from hotswap_client import CONTROL_METHODS, HotswapError, HotswapWeightSyncClient  # noqa: E402
 
 
 def main(worker, make):
+    # The client knows exactly the methods of the worker's table, and has one for each.
+    table = json.loads(subprocess.run([worker, "--control-methods"], check=True,
+                                      capture_output=True, text=True).stdout)
+    assert [m["name"] for m in table["methods"]] == list(CONTROL_METHODS), table
+    for name in CONTROL_METHODS:
+        assert callable(getattr(HotswapWeightSyncClient, name)), name
     tmp = tempfile.mkdtemp(prefix="hotswap-pyclient-")
     for seed in (1, 2):
         subprocess.run([make, "--arch", "llama", "--layers", "2", "--hidden-size", "64",
@@ -38,6 +45,11 @@ def main(worker, make):
         assert before["token_ids"] != after["token_ids"]
         sums = client.weight_checker("checksum")["checksums"]
         assert client.weight_checker("compare", baseline=sums)["match"] is True
+        assert client.pause(mode="keep") == {"status": "paused"}
+        assert client.is_paused() == {"is_paused": True}
+        assert client.resume() == {"status": "resumed"}
+        assert client.get_world_size(include_dp=False) == {"world_size": 1}
+        assert client.health()["weight_version"] == "py-1"
         try:
             client.update_weights({"path": f"{tmp}/m2"})
             raise AssertionError("update without start must fail")

@@ -30,7 +30,7 @@ struct KeyPair {
 BOOST_AUTO_TEST_SUITE(curve_authentication)
 
 BOOST_AUTO_TEST_CASE(only_authorized_client_keys_are_answered) {
-  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kLlama), 1400);
+  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kLlama), 1400);
   testing::TempDir keys;
   KeyPair server, allowed, stranger;
   std::ofstream(keys.path / "server.key") << server.secret_key;
@@ -54,7 +54,7 @@ BOOST_AUTO_TEST_CASE(only_authorized_client_keys_are_answered) {
 }
 
 BOOST_AUTO_TEST_CASE(curve_without_authorized_keys_needs_an_explicit_yes) {
-  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kLlama), 1450);
+  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kLlama), 1450);
   testing::TempDir keys;
   KeyPair server, anyone;
   std::ofstream(keys.path / "server.key") << server.secret_key;
@@ -78,7 +78,7 @@ BOOST_AUTO_TEST_CASE(curve_without_authorized_keys_needs_an_explicit_yes) {
 }
 
 BOOST_AUTO_TEST_CASE(binding_beyond_loopback_without_curve_warns) {
-  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::Architecture::kLlama), 1500);
+  testing::CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kLlama), 1500);
   testing::WorkerProcess worker(
       {"--model", ckpt.dir.path.string(), "--control", "tcp://0.0.0.0:*"});
   BOOST_TEST(worker.output().find("without CURVE authentication") != std::string::npos);

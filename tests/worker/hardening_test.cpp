@@ -32,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 model_loader::ModelConfig long_context_config() {
-  auto c = testing::tiny_config(model_loader::Architecture::kLlama);
+  auto c = testing::tiny_config(model_loader::architectures::kLlama);
   c.max_position_embeddings = 8192;  // long generations for the cancellation cases
   return c;
 }

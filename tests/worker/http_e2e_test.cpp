@@ -17,7 +17,7 @@ using testing::WorkerProcess;
 namespace {
 
 struct Fixture {
-  model_loader::ModelConfig config = testing::tiny_config(model_loader::Architecture::kQwen2);
+  model_loader::ModelConfig config = testing::tiny_config(model_loader::architectures::kQwen2);
   CheckpointDir old_ckpt{config, 1100};
   CheckpointDir new_ckpt{config, 1200};
   int port = transport::pick_free_port();
@@ -84,6 +84,12 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_are_400s_and_wrong_order_409s, Fixture) {
   auto [s2, b2] = post("/pause?mode=sideways");
   BOOST_TEST(s2 == 400);
   BOOST_TEST(b2["error"]["param"] == "query.mode");
+  // Query booleans read as FastAPI reads them; anything else is refused by name.
+  BOOST_TEST((get("/get_world_size?include_dp=0") == Reply{200, {{"world_size", 1}}}));
+  auto [s3, b3] = get("/get_world_size?include_dp=maybe");
+  BOOST_TEST(s3 == 400);
+  BOOST_TEST(b3["error"]["param"] == "query.include_dp");
+  BOOST_TEST(b3["detail"] == "`include_dp` must be true or false, got string \"maybe\"");
   BOOST_TEST(get("/is_paused").second["is_paused"] == false);  // no state change
   BOOST_TEST(post("/update_weights", R"({"update_info": {"path": "/x"}})").first == 409);
   BOOST_TEST(post("/finish_weight_update").first == 409);

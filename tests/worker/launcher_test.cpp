@@ -35,7 +35,7 @@ int free_port_pair() {
 }
 
 struct Launch {
-  testing::CheckpointDir ckpt{testing::tiny_config(model_loader::Architecture::kLlama), 1300};
+  testing::CheckpointDir ckpt{testing::tiny_config(model_loader::architectures::kLlama), 1300};
   int base = free_port_pair();
   worker::ChildProcess launcher{
       HOTSWAP_LAUNCH_BINARY,

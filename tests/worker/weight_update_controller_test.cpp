@@ -14,10 +14,10 @@ using worker::WeightUpdateController;
 namespace {
 
 struct Fixture {
-  model_loader::ModelConfig config = testing::tiny_config(model_loader::Architecture::kLlama);
+  model_loader::ModelConfig config = testing::tiny_config(model_loader::architectures::kLlama);
   CheckpointDir old_ckpt{config, 700};
   CheckpointDir new_ckpt{config, 800};
-  std::shared_ptr<model_loader::LlamaModel> model = old_ckpt.load();
+  std::shared_ptr<model_loader::ServableModel> model = old_ckpt.load();
   WeightUpdateController controller{
       receiver::WeightTransferEngineFactory::create_engine(
           receiver::EngineContext{{"disk"}, {}, c10::Device(c10::kCPU), model}),

@@ -23,7 +23,7 @@ using testing::WorkerProcess;
 namespace {
 
 model_loader::ModelConfig e2e_config() {
-  auto c = testing::tiny_config(model_loader::Architecture::kLlama);
+  auto c = testing::tiny_config(model_loader::architectures::kLlama);
   c.max_position_embeddings = 8192;
   return c;
 }
@@ -296,7 +296,7 @@ BOOST_FIXTURE_TEST_CASE(a_long_call_does_not_block_the_socket, Fixture) {
 
 BOOST_AUTO_TEST_CASE(a_long_update_does_not_block_health) {
   // Large enough that loading it takes far longer than a health round trip.
-  auto config = testing::tiny_config(model_loader::Architecture::kLlama);
+  auto config = testing::tiny_config(model_loader::architectures::kLlama);
   config.hidden_size = 1024;
   config.intermediate_size = 2816;
   config.num_attention_heads = 16;

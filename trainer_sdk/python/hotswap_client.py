@@ -2,7 +2,8 @@
 
 `HotswapWeightSyncClient` has the four methods of vLLM's `VLLMWeightSyncClient` protocol, so a
 vLLM trainer engine (e.g. `NCCLTrainerWeightTransferEngine`) can drive a hotswap worker through
-it, plus `generate`, `weight_info` and `weight_checker`. Needs only pyzmq (Debian: python3-zmq).
+it, and a method for every other control method of the worker (`generate`, `weight_info`,
+`weight_checker`, `pause`, `health`, ...). Needs only pyzmq (Debian: python3-zmq).
 
     client = HotswapWeightSyncClient("tcp://127.0.0.1:5555", timeout=300)
     client.init_weight_transfer_engine({})
@@ -16,6 +17,28 @@ import json
 import threading
 
 import zmq
+
+
+# The worker's control methods, as `hotswap-worker --control-methods` prints them from the
+# C++ table in protocol/control_methods.cpp (the client's test checks that the two agree).
+CONTROL_METHODS = (
+    "init_weight_transfer_engine",
+    "shutdown_weight_transfer_engine",
+    "start_weight_update",
+    "start_draft_weight_update",
+    "update_weights",
+    "finish_weight_update",
+    "update_weight_version",
+    "weight_info",
+    "pause",
+    "resume",
+    "is_paused",
+    "get_world_size",
+    "weight_checker",
+    "generate",
+    "health",
+    "shutdown",
+)
 
 
 class HotswapError(RuntimeError):
@@ -84,3 +107,19 @@ class HotswapWeightSyncClient:
 
     def weight_checker(self, action, **params):
         return self.call("weight_checker", {"action": action, **params})
+
+
+def _plain_method(name):
+    def method(self, **params):
+        return self.call(name, params)
+
+    method.__name__ = name
+    method.__doc__ = f"The worker's `{name}`: keyword arguments are its params."
+    return method
+
+
+# Every control method without a wrapper above is a method taking its params as keywords:
+# client.pause(mode="keep"), client.get_world_size(include_dp=False), client.health().
+for _name in CONTROL_METHODS:
+    if not hasattr(HotswapWeightSyncClient, _name):
+        setattr(HotswapWeightSyncClient, _name, _plain_method(_name))

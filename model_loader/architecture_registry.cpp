@@ -1,0 +1,72 @@
+#include "model_loader/architecture_registry.hpp"
+
+#include "model_loader/architectures/llama_model.hpp"
+#include "protocol/errors.hpp"
+
+namespace hotswap::model_loader {
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names)
+    out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+void ArchitectureRegistry::add(Architecture architecture) {
+  for (const auto& a : architectures_) {
+    if (a.name == architecture.name || a.model_type == architecture.model_type) {
+      throw protocol::ValueError("architecture '" + architecture.name + "' (model_type '" +
+                                 architecture.model_type + "') is already registered");
+    }
+  }
+  architectures_.push_back(std::move(architecture));
+}
+
+const Architecture& ArchitectureRegistry::find(std::string_view name) const {
+  for (const auto& a : architectures_) {
+    if (a.name == name) return a;
+  }
+  throw protocol::ValueError("architecture '" + std::string(name) +
+                             "' is not supported (hotswap serves " + joined(names()) + ")");
+}
+
+const Architecture& ArchitectureRegistry::find_by_model_type(std::string_view model_type) const {
+  std::vector<std::string> types;
+  for (const auto& a : architectures_) {
+    if (a.model_type == model_type) return a;
+    types.push_back(a.model_type);
+  }
+  throw protocol::ValueError("unknown architecture '" + std::string(model_type) +
+                             "' (expected one of " + joined(types) + ")");
+}
+
+std::vector<std::string> ArchitectureRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& a : architectures_)
+    out.push_back(a.name);
+  return out;
+}
+
+const ArchitectureRegistry& ArchitectureRegistry::builtin() {
+  // One line per architecture family: its file registers the architectures it serves.
+  static const ArchitectureRegistry registry = [] {
+    ArchitectureRegistry r;
+    register_llama_family(r);
+    return r;
+  }();
+  return registry;
+}
+
+std::shared_ptr<ServableModel> load_model(const std::filesystem::path& directory,
+                                          const ModelOptions& options) {
+  auto config = ModelConfig::load(directory);
+  auto checkpoint = Checkpoint::open(directory);
+  auto model = ArchitectureRegistry::builtin().find(config.architecture).create(config, options);
+  model->load_checkpoint(checkpoint);
+  return model;
+}
+
+}  // namespace hotswap::model_loader

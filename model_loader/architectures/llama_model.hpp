@@ -1,0 +1,108 @@
+// LlamaModel: the Llama family of causal LMs (Llama, Mistral, Qwen2, Qwen3) in libtorch with
+// vLLM's runtime layout (fused qkv_proj and gate_up_proj, tied lm_head when configured), a KV
+// cache, batched forward steps, and layerwise reload of checkpoint-format weights while it
+// serves. register_llama_family adds the four architectures and their config.json rules.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "model_loader/parameter_store.hpp"
+#include "model_loader/servable_model.hpp"
+#include "model_loader/weight_mapping.hpp"
+
+namespace hotswap::model_loader {
+
+class ArchitectureRegistry;
+
+// The names config.json's `architectures` gives the family.
+namespace architectures {
+inline constexpr std::string_view kLlama = "LlamaForCausalLM";
+inline constexpr std::string_view kMistral = "MistralForCausalLM";
+inline constexpr std::string_view kQwen2 = "Qwen2ForCausalLM";
+inline constexpr std::string_view kQwen3 = "Qwen3ForCausalLM";
+}  // namespace architectures
+
+void register_llama_family(ArchitectureRegistry& registry);
+
+// The family's checkpoint tensors and how they fill its fused runtime parameters.
+WeightMapping llama_weight_mapping(const ModelConfig& config);
+
+class LlamaModel final : public ServableModel {
+ public:
+  // A model with uninitialized weights; load_checkpoint or a complete reload fills them.
+  LlamaModel(ModelConfig config, ModelOptions options);
+
+  const ModelConfig& config() const override { return config_; }
+  c10::ScalarType dtype() const override { return store_.dtype(); }
+  std::uint64_t runtime_bytes() const override { return store_.nbytes(); }
+
+  void load_checkpoint(const Checkpoint& checkpoint) override;
+
+  // LoadableModel: a layerwise reload session. load_weights outside one is a RuntimeError.
+  void load_weights(const std::vector<NamedTensor>& weights) override;
+  void start_reload() override;
+  void finish_reload() override;
+  void abort_reload() override;
+  void apply_patches(const std::vector<WeightPatch>& patches) override;
+  void check_patches(const std::vector<WeightPatch>& patches) const override;
+  // Staged sessions receive in place: the shadow rows of the tensor (see LayerwiseReload).
+  std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
+                                            c10::IntArrayRef shape) override;
+  void mark_received(const std::string& name) override;
+  c10::Device device() const override { return store_.device(); }
+
+  // ServableModel
+  bool reload_active() const override;
+  bool is_dirty() const override;
+  at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
+                     bool all_positions = false) const override;
+  void zero_weights() override;
+  std::map<std::string, std::string> runtime_checksums(
+      const std::string& key_prefix) const override;
+  std::map<std::string, std::string> checkpoint_checksums() const override;
+
+ private:
+  // A sparse patch checked and mapped onto its runtime parameter's flat positions.
+  struct ResolvedPatch {
+    const CheckpointSlot* slot;
+    at::Tensor runtime_indices;
+    at::Tensor values;
+  };
+  std::vector<ResolvedPatch> resolve_patches(const std::vector<WeightPatch>& patches) const;
+
+  at::Tensor linear(const at::Tensor& x, std::size_t param) const;
+  at::Tensor rms_norm(const at::Tensor& x, std::size_t param) const;
+  // cos and sin of the rotary angles at `positions`, [N, 1, head_dim] in the compute dtype.
+  std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
+
+  ModelConfig config_;
+  ModelOptions options_;
+  WeightMapping mapping_;
+  ParameterStore store_;
+  c10::ScalarType compute_dtype_;
+  at::Tensor inv_freq_;  // float32 [head_dim / 2], on the model's device
+
+  struct LayerParams {
+    std::size_t input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;
+  };
+  std::vector<LayerParams> layers_;
+  std::size_t embed_, final_norm_, lm_head_;
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  mutable std::mutex reload_mutex_;
+  std::unique_ptr<LayerwiseReload> reload_;
+  std::map<std::string, c10::ScalarType> checkpoint_dtypes_;  // as each tensor last arrived
+  bool dirty_ = false;
+  bool dirty_before_session_ = false;
+};
+
+}  // namespace hotswap::model_loader

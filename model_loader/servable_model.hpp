@@ -1,0 +1,75 @@
+// ServableModel: what the worker serves. Every architecture family implements it (one file
+// each under model_loader/architectures/), and the worker, its generation scheduler and its
+// weight checker see nothing else: forward steps for generation, the two checksum formats,
+// zero_weights, and the LoadableModel surface the receive engines load into. load_model picks
+// the implementation from config.json's `architectures[0]` (architecture_registry.hpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model_loader/checkpoint.hpp"
+#include "model_loader/kv_cache.hpp"
+#include "model_loader/layerwise_reload.hpp"
+#include "model_loader/loadable_model.hpp"
+#include "model_loader/model_config.hpp"
+
+namespace hotswap::model_loader {
+
+struct ModelOptions {
+  std::optional<protocol::DType> dtype;  // runtime dtype; default: the checkpoint's
+  bool quantize_int8 = false;            // --quantization int8
+  UpdateMode update_mode = UpdateMode::kStaged;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+// One sequence's share of a forward step: `num_tokens` new tokens at positions
+// cache.length .. cache.length + num_tokens - 1, appended to its cache by the step.
+struct ForwardSlice {
+  KvCache* cache = nullptr;
+  std::int64_t num_tokens = 0;
+};
+
+class ServableModel : public LoadableModel {
+ public:
+  ~ServableModel() override;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual c10::ScalarType dtype() const = 0;  // of the runtime weights
+  virtual std::uint64_t runtime_bytes() const = 0;
+
+  // Fills every weight from a checkpoint; every tensor the model needs must be there.
+  virtual void load_checkpoint(const Checkpoint& checkpoint) = 0;
+
+  virtual bool reload_active() const = 0;
+  // Inplace mode: true from the first write of a session until a session commits whole
+  // (after a failure: one that delivered every tensor). Generation must refuse while dirty.
+  virtual bool is_dirty() const = 0;
+
+  // One forward step over several sequences: `tokens` holds every slice's new tokens, in slice
+  // order. Returns float32 logits of each slice's last token [slices, vocab], or of every token
+  // [tokens, vocab] when `all_positions`.
+  virtual at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
+                             bool all_positions = false) const = 0;
+
+  // Zeroes every runtime tensor (vLLM's weight_checker `reset`): a following update can then
+  // be seen to land whole. Not allowed during a reload.
+  virtual void zero_weights() = 0;
+
+  // SHA-256 of each runtime tensor's bytes, keyed `<key_prefix><runtime name>` (vLLM's checker
+  // prefixes "dp0:pp0:pcp0:tp0:"); int8 scales appear as `<name>_scale`.
+  virtual std::map<std::string, std::string> runtime_checksums(
+      const std::string& key_prefix) const = 0;
+  // SHA-256 of each checkpoint tensor rebuilt from runtime storage (unfused, in the dtype the
+  // checkpoint had), keyed by its Hugging Face name. A ValueError when the runtime format is
+  // lossy (int8), since the checkpoint's bytes can no longer be recovered.
+  virtual std::map<std::string, std::string> checkpoint_checksums() const = 0;
+};
+
+}  // namespace hotswap::model_loader

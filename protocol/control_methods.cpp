@@ -1,0 +1,133 @@
+#include "protocol/control_methods.hpp"
+
+#include "protocol/errors.hpp"
+#include "protocol/method_params.hpp"
+
+namespace hotswap::protocol {
+namespace {
+
+using nlohmann::json;
+
+void any_object(const json&) {}  // validate_params has checked it is an object
+void init_info(const json& params) {
+  init_info_of(params);
+}
+void update_info(const json& params) {
+  update_info_of(params);
+}
+void weight_version(const json& params) {
+  weight_version_of(params);
+}
+void new_version(const json& params) {
+  new_version_of(params);
+}
+void pause(const json& params) {
+  PauseParams::from_json(params);
+}
+void world_size(const json& params) {
+  WorldSizeParams::from_json(params);
+}
+void weight_checker(const json& params) {
+  WeightCheckerParams::from_json(params);
+}
+void generate(const json& params) {
+  GenerateParams::from_json(params);
+}
+
+// A weight-transfer call: a POST with a JSON body, long, counted under `operation`.
+ControlMethod weight_call(std::string_view name, std::string_view route, std::string_view operation,
+                          void (*validate)(const json&)) {
+  return ControlMethod{name, HttpVerb::kPost, route, {}, true, true, false, operation, validate};
+}
+
+}  // namespace
+
+const std::vector<ControlMethod>& control_methods() {
+  using namespace methods;
+  using V = HttpVerb;
+  // name, verb, route, query fields, JSON body, long, cancelled when the caller leaves,
+  // /metrics operation, validator.
+  static const std::vector<ControlMethod> table{
+      weight_call(kInitWeightTransferEngine, "/init_weight_transfer_engine", "init", init_info),
+      weight_call(kShutdownWeightTransferEngine, "/shutdown_weight_transfer_engine", "shutdown",
+                  any_object),
+      weight_call(kStartWeightUpdate, "/start_weight_update", "start", any_object),
+      weight_call(kStartDraftWeightUpdate, "/start_draft_weight_update", "start_draft", any_object),
+      weight_call(kUpdateWeights, "/update_weights", "update", update_info),
+      weight_call(kFinishWeightUpdate, "/finish_weight_update", "finish", weight_version),
+      // Setting a version is instant: answered on the socket's thread.
+      {kUpdateWeightVersion,
+       V::kPost,
+       "/update_weight_version",
+       {},
+       true,
+       false,
+       false,
+       "set_version",
+       new_version},
+      {kWeightInfo, V::kGet, "/weight_info", {}, false, false, false, "", any_object},
+      {kPause, V::kPost, "/pause", {"mode", "clear_cache"}, false, true, false, "", pause},
+      {kResume, V::kPost, "/resume", {}, true, false, false, "", any_object},
+      {kIsPaused, V::kGet, "/is_paused", {}, false, false, false, "", any_object},
+      {kGetWorldSize,
+       V::kGet,
+       "/get_world_size",
+       {"include_dp"},
+       false,
+       false,
+       false,
+       "",
+       world_size},
+      {kWeightChecker, V::kPost, "/weight_checker", {}, true, true, false, "", weight_checker},
+      {kGenerate, V::kPost, "/generate", {}, true, true, true, "", generate},
+      {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object},
+      {kShutdown, V::kNone, "", {}, false, true, false, "", any_object},
+  };
+  return table;
+}
+
+const ControlMethod* find_control_method(std::string_view name) {
+  for (const auto& m : control_methods()) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
+}
+
+const ControlMethod& control_method(std::string_view name) {
+  if (const auto* m = find_control_method(name)) return *m;
+  throw MethodNotFound("Method not found: '" + std::string(name) + "'");
+}
+
+std::vector<std::string_view> method_names() {
+  std::vector<std::string_view> out;
+  for (const auto& m : control_methods())
+    out.push_back(m.name);
+  return out;
+}
+
+void validate_params(std::string_view method, const json& params) {
+  if (!params.is_object()) throw ValueError("the params must be a JSON object");
+  control_method(method).validate(params);
+}
+
+json control_methods_json() {
+  json out = json::array();
+  for (const auto& m : control_methods()) {
+    json fields = json::array();
+    for (auto f : m.query_fields)
+      fields.push_back(f);
+    out.push_back({{"name", m.name},
+                   {"http_verb", m.http_verb == HttpVerb::kGet    ? json("GET")
+                                 : m.http_verb == HttpVerb::kPost ? json("POST")
+                                                                  : json(nullptr)},
+                   {"http_route", m.http_route.empty() ? json(nullptr) : json(m.http_route)},
+                   {"query_fields", fields},
+                   {"takes_json_body", m.takes_json_body},
+                   {"long_running", m.long_running},
+                   {"metric_operation",
+                    m.metric_operation.empty() ? json(nullptr) : json(m.metric_operation)}});
+  }
+  return {{"methods", out}};
+}
+
+}  // namespace hotswap::protocol
