@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "bench/bench_support.hpp"
-#include "model_loader/architecture_registry.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/generation.hpp"
+#include "model_loader/servable_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/ipc_trainer_engine.hpp"

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
-#include "model_loader/architecture_registry.hpp"
-#include "model_loader/architectures/llama_model.hpp"
+#include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/generation.hpp"
+#include "model_loader/servable_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 
 using namespace hotswap;

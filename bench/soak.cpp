@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
-#include "model_loader/architectures/llama_model.hpp"
+#include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"

@@ -1,6 +1,6 @@
 #include "model_loader/architecture_registry.hpp"
 
-#include "model_loader/architectures/llama_model.hpp"
+#include "model_loader/architectures/llama_family.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
@@ -58,15 +58,6 @@ const ArchitectureRegistry& ArchitectureRegistry::builtin() {
     return r;
   }();
   return registry;
-}
-
-std::shared_ptr<ServableModel> load_model(const std::filesystem::path& directory,
-                                          const ModelOptions& options) {
-  auto config = ModelConfig::load(directory);
-  auto checkpoint = Checkpoint::open(directory);
-  auto model = ArchitectureRegistry::builtin().find(config.architecture).create(config, options);
-  model->load_checkpoint(checkpoint);
-  return model;
 }
 
 }  // namespace hotswap::model_loader

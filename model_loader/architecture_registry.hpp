@@ -1,9 +1,11 @@
-// ArchitectureRegistry: config.json's `architectures[0]` → the family that reads its config
-// and builds its ServableModel. Each family registers its architectures from its own file under
-// model_loader/architectures/ (register_llama_family, ...); builtin() holds every family this
-// build has, registered once in architecture_registry.cpp.
+// ArchitectureRegistry: config.json's `architectures[0]` → the family that reads its config,
+// lays out its checkpoint and builds its ServableModel. Each family registers its architectures
+// from its own file under model_loader/architectures/ (register_llama_family, ...); builtin()
+// holds every family this build has, registered once in architecture_registry.cpp. No libtorch:
+// config.json is read without the model code (load_model, in servable_model.hpp, builds one).
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,10 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_loader/servable_model.hpp"
+#include "model_loader/model_config.hpp"
 #include "model_loader/weight_mapping.hpp"
 
 namespace hotswap::model_loader {
+
+class ServableModel;
+struct ModelOptions;
 
 struct Architecture {
   std::string name;        // config.json's `architectures[0]`: "LlamaForCausalLM"
@@ -48,10 +53,5 @@ class ArchitectureRegistry {
  private:
   std::vector<Architecture> architectures_;
 };
-
-// Reads config.json and the safetensors of `directory` and builds the model its
-// `architectures[0]` names; every checkpoint tensor the model needs must be there.
-std::shared_ptr<ServableModel> load_model(const std::filesystem::path& directory,
-                                          const ModelOptions& options = {});
 
 }  // namespace hotswap::model_loader

@@ -9,7 +9,9 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,5 +73,11 @@ class ServableModel : public LoadableModel {
   // lossy (int8), since the checkpoint's bytes can no longer be recovered.
   virtual std::map<std::string, std::string> checkpoint_checksums() const = 0;
 };
+
+// Reads config.json and the safetensors of `directory` and builds the model its
+// `architectures[0]` names (ArchitectureRegistry); every checkpoint tensor the model needs must
+// be there.
+std::shared_ptr<ServableModel> load_model(const std::filesystem::path& directory,
+                                          const ModelOptions& options = {});
 
 }  // namespace hotswap::model_loader

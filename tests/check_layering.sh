@@ -30,12 +30,19 @@ if [ -n "$hits" ]; then echo "layering: trainer_sdk/ may use only model_loader's
 hits=$(grep -rnE '#include "model_loader/architectures/' "$root/model_loader" "$root/receiver" "$root/worker" "$root/trainer_sdk" \
   --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*model_loader/(architectures/|architecture_registry\.cpp:)')
 if [ -n "$hits" ]; then echo "layering: only model_loader/architecture_registry.cpp may include an architecture (everything else uses ServableModel):"; echo "$hits"; status=1; fi
-for file in "$root"/model_loader/architectures/*.hpp; do
+for file in "$root"/model_loader/architectures/*_model.hpp; do
   [ -e "$file" ] || continue
   if ! grep -q '#include "model_loader/servable_model.hpp"' "$file"; then
     echo "layering: $file must implement model_loader/servable_model.hpp"; status=1
   fi
 done
+# Reading config.json and laying out a checkpoint need no model code: the registry, the config,
+# the weight mapping and each family's rules stay free of libtorch (the fuzz targets build them
+# without it).
+hits=$(grep -nE '#include [<"](torch/|ATen/|c10/|model_loader/servable_model\.hpp|model_loader/architectures/[a-z0-9_]*_model\.hpp)' \
+  "$root"/model_loader/model_config.* "$root"/model_loader/architecture_registry.* \
+  "$root"/model_loader/weight_mapping.* "$root"/model_loader/architectures/*_family.* 2>/dev/null)
+if [ -n "$hits" ]; then echo "layering: config.json and the architecture registry must stay free of libtorch and model code:"; echo "$hits"; status=1; fi
 # CUDA lives in transport/: everywhere else a GPU feature is a transport/ call that throws
 # "needs a GPU build" without CUDA, never a conditional or a CUDA header. (bench/ and tests/
 # may ask: a GPU benchmark or test exists only in a GPU build.)

@@ -5,7 +5,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model_loader/architecture_registry.hpp"
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"

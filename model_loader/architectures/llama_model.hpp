@@ -1,7 +1,7 @@
 // LlamaModel: the Llama family of causal LMs (Llama, Mistral, Qwen2, Qwen3) in libtorch with
 // vLLM's runtime layout (fused qkv_proj and gate_up_proj, tied lm_head when configured), a KV
 // cache, batched forward steps, and layerwise reload of checkpoint-format weights while it
-// serves. register_llama_family adds the four architectures and their config.json rules.
+// serves. llama_family.hpp has the family's names, config.json rules and checkpoint layout.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,30 +11,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/parameter_store.hpp"
 #include "model_loader/servable_model.hpp"
 #include "model_loader/weight_mapping.hpp"
 
 namespace hotswap::model_loader {
-
-class ArchitectureRegistry;
-
-// The names config.json's `architectures` gives the family.
-namespace architectures {
-inline constexpr std::string_view kLlama = "LlamaForCausalLM";
-inline constexpr std::string_view kMistral = "MistralForCausalLM";
-inline constexpr std::string_view kQwen2 = "Qwen2ForCausalLM";
-inline constexpr std::string_view kQwen3 = "Qwen3ForCausalLM";
-}  // namespace architectures
-
-void register_llama_family(ArchitectureRegistry& registry);
-
-// The family's checkpoint tensors and how they fill its fused runtime parameters.
-WeightMapping llama_weight_mapping(const ModelConfig& config);
 
 class LlamaModel final : public ServableModel {
  public:

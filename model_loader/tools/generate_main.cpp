@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_loader/architecture_registry.hpp"
 #include "model_loader/generation.hpp"
+#include "model_loader/servable_model.hpp"
 #include "protocol/errors.hpp"
 
 using namespace hotswap;

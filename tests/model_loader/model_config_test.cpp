@@ -7,7 +7,6 @@
 #include <future>
 #include <limits>
 
-#include "model_loader/architecture_registry.hpp"
 #include "model_loader/architectures/llama_model.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
