@@ -58,8 +58,7 @@ void LayerwiseReload::load(const std::vector<NamedTensor>& weights) {
 void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tensor) {
   const auto& slot = store_.mapping().slots()[slot_index];
   const std::size_t p = slot.param;
-  const std::int64_t rows = slot.shape[0];
-  auto rows_of = [&](const at::Tensor& full) { return full.narrow(0, slot.row_offset, rows); };
+  auto rows_of = [&](const at::Tensor& full) { return slot_rows(full, slot); };
 
   if (store_.quantized(p)) {
     if (!staging_[p].defined()) {
@@ -95,7 +94,7 @@ std::optional<at::Tensor> LayerwiseReload::destination(const std::string& name,
       store_.quantized(slot->param)) {
     return std::nullopt;
   }
-  return shadow_of(slot->param).narrow(0, slot->row_offset, slot->shape[0]);
+  return slot_rows(shadow_of(slot->param), *slot);
 }
 
 void LayerwiseReload::mark_received(const std::string& name) {
@@ -183,9 +182,7 @@ void LayerwiseReload::finish(bool require_complete) {
         if (received_[s]) continue;
         const auto& slot = mapping.slots()[s];
         std::shared_lock lock(store_.mutex());
-        shadow_[p]
-            ->value.narrow(0, slot.row_offset, slot.shape[0])
-            .copy_(store_[p].value.narrow(0, slot.row_offset, slot.shape[0]));
+        slot_rows(shadow_[p]->value, slot).copy_(slot_rows(store_[p].value, slot));
       }
     }
     std::unique_lock lock(store_.mutex());

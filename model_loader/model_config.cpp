@@ -1,5 +1,6 @@
 #include "model_loader/model_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model_loader/architecture_registry.hpp"
@@ -193,6 +194,14 @@ ModelConfig ModelConfig::load(const std::filesystem::path& directory) {
   } catch (const protocol::ValueError& e) {
     throw protocol::ValueError(path.string() + ": " + e.what());
   }
+}
+
+bool ModelConfig::is_moe_layer(std::int64_t layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) {
+    return false;
+  }
+  return (layer + 1) % decoder_sparse_step == 0;
 }
 
 json ModelConfig::to_json() const {

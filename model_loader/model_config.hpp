@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,16 @@ struct ModelConfig {
   std::optional<std::int64_t> sliding_window;  // Mistral's, when set
   protocol::DType torch_dtype = protocol::DType::kFloat32;
 
+  // Mixture of experts (num_experts > 0): the MLP of each sparse layer is `num_experts` experts
+  // of width moe_intermediate_size, of which a router picks `num_experts_per_tok` per token.
+  std::int64_t num_experts = 0;
+  std::int64_t num_experts_per_tok = 0;
+  std::int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;                // rescale the picked experts' weights to sum to 1
+  bool router_weights_float32 = false;        // Mixtral: expert outputs scaled in float32
+  std::int64_t decoder_sparse_step = 1;       // Qwen3-MoE: every n-th layer is sparse
+  std::vector<std::int64_t> mlp_only_layers;  // Qwen3-MoE: layers that keep a dense MLP
+
   static ModelConfig from_json(const nlohmann::json& config);
   // Reads `<directory>/config.json`.
   static ModelConfig load(const std::filesystem::path& directory);
@@ -54,6 +65,9 @@ struct ModelConfig {
   const std::string& architecture_name() const { return architecture; }
   std::int64_t q_size() const { return num_attention_heads * head_dim; }
   std::int64_t kv_size() const { return num_key_value_heads * head_dim; }
+  // Whether decoder layer `layer` has experts instead of a dense MLP (Qwen3-MoE's rule, which
+  // Mixtral's all-sparse layers satisfy too).
+  bool is_moe_layer(std::int64_t layer) const;
 };
 
 // Readers of one config.json field, for the architecture files: a missing or null field takes

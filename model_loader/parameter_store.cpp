@@ -56,6 +56,11 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
   }
 }
 
+at::Tensor slot_rows(const at::Tensor& runtime, const CheckpointSlot& slot) {
+  const at::Tensor rows = runtime.dim() > 2 ? runtime.view({-1, runtime.size(-1)}) : runtime;
+  return rows.narrow(0, slot.row_offset, slot.shape[0]);
+}
+
 at::Tensor ParameterStore::take_spare(std::size_t param) {
   {
     std::lock_guard lock(spares_mutex_);

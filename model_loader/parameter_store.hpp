@@ -21,6 +21,11 @@ struct RuntimeTensor {
   at::Tensor scale;  // int8-quantized parameters only: float32 [rows]
 };
 
+// The rows of a runtime tensor that checkpoint tensor `slot` fills, a view shaped as the slot.
+// A parameter of three or more dimensions (fused experts, [E, rows, cols]) counts its rows over
+// every dimension but the last, so expert x's rows follow expert x - 1's.
+at::Tensor slot_rows(const at::Tensor& runtime, const CheckpointSlot& slot);
+
 class ParameterStore {
  public:
   // Allocates every runtime tensor (uninitialized) on `device`.

@@ -27,7 +27,105 @@ void write_llama(const ModelConfig& c, nlohmann::json& out) {
   if (c.sliding_window) out["sliding_window"] = *c.sliding_window;
 }
 
+// Qwen2 and Qwen3 never use a sliding window; Qwen3 adds per-head q/k norms.
+void read_qwen3(const nlohmann::json& config, ModelConfig& out) {
+  reject_sliding_window(config);
+  out.qkv_bias = out.o_proj_bias = config_field::flag(config, "attention_bias", false);
+  out.qk_norm = true;  // per-head RMSNorm on q and k
+}
+
+// The expert count and how many experts each token takes; the defaults are transformers'.
+void read_experts(const nlohmann::json& config, ModelConfig& out, std::int64_t experts,
+                  std::int64_t per_token) {
+  using namespace config_field;
+  // transformers v5 spells Qwen3-MoE's `num_experts` as `num_local_experts`, Mixtral's name.
+  const char* count = config.contains("num_local_experts") ? "num_local_experts" : "num_experts";
+  out.num_experts = positive_int(config, count, experts, kMaxCount);
+  out.num_experts_per_tok = positive_int(config, "num_experts_per_tok", per_token, kMaxCount);
+  if (out.num_experts_per_tok > out.num_experts) {
+    throw protocol::ValueError("num_experts_per_tok " + std::to_string(out.num_experts_per_tok) +
+                               " is more than the " + std::to_string(out.num_experts) +
+                               " experts of a layer");
+  }
+}
+
+void read_qwen3_moe(const nlohmann::json& config, ModelConfig& out) {
+  using namespace config_field;
+  read_qwen3(config, out);
+  read_experts(config, out, 128, 8);
+  out.moe_intermediate_size = positive_int(config, "moe_intermediate_size", 768, kMaxWidth);
+  out.norm_topk_prob = flag(config, "norm_topk_prob", false);
+  out.decoder_sparse_step = positive_int(config, "decoder_sparse_step", 1, kMaxCount);
+  if (auto it = config.find("mlp_only_layers"); it != config.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      throw protocol::ValueError("`mlp_only_layers` must be a list of layer indices");
+    }
+    for (const auto& layer : *it) {
+      if (!layer.is_number_integer() || layer.get<std::int64_t>() < 0 ||
+          layer.get<std::int64_t>() >= out.num_hidden_layers) {
+        throw protocol::ValueError("`mlp_only_layers` holds " + layer.dump() +
+                                   ", which is not a layer index below num_hidden_layers " +
+                                   std::to_string(out.num_hidden_layers));
+      }
+      out.mlp_only_layers.push_back(layer.get<std::int64_t>());
+    }
+  }
+}
+
+void write_qwen3_moe(const ModelConfig& c, nlohmann::json& out) {
+  out["attention_bias"] = c.qkv_bias;
+  out["num_experts"] = c.num_experts;
+  out["num_experts_per_tok"] = c.num_experts_per_tok;
+  out["moe_intermediate_size"] = c.moe_intermediate_size;
+  out["norm_topk_prob"] = c.norm_topk_prob;
+  out["decoder_sparse_step"] = c.decoder_sparse_step;
+  out["mlp_only_layers"] = c.mlp_only_layers;
+}
+
+// Mixtral: Mistral's attention; every layer sparse, experts as wide as `intermediate_size`, the
+// picked experts' weights always rescaled to sum to 1 and applied in float32.
+void read_mixtral(const nlohmann::json& config, ModelConfig& out) {
+  read_llama(config, out);
+  read_experts(config, out, 8, 2);
+  out.moe_intermediate_size = out.intermediate_size;
+  out.norm_topk_prob = true;
+  out.router_weights_float32 = true;
+}
+
+void write_mixtral(const ModelConfig& c, nlohmann::json& out) {
+  write_llama(c, out);
+  if (!c.sliding_window) out["sliding_window"] = nullptr;
+  out["num_local_experts"] = c.num_experts;
+  out["num_experts_per_tok"] = c.num_experts_per_tok;
+}
+
+// A sparse layer's checkpoint tensors: the router, and each expert's gate, up and down
+// projections, which fill rows of the fused w13 [E, 2·I, H] (gate rows, then up rows, per
+// expert) and w2 [E, H, I].
+void add_experts(WeightMapping& m, const ModelConfig& c, const std::string& layer, int group) {
+  const std::string block = layer + std::string(moe_block_name(c)) + ".";
+  const std::int64_t h = c.hidden_size, i = c.moe_intermediate_size, e = c.num_experts;
+  const bool mixtral = c.architecture == architectures::kMixtral;
+  const char* gate = mixtral ? "w1" : "gate_proj";
+  const char* up = mixtral ? "w3" : "up_proj";
+  const char* down = mixtral ? "w2" : "down_proj";
+  m.add_plain(block + "gate.weight", {e, h}, group);
+  // Not int8-quantized: the store's int8 scales are per row of a 2-D weight.
+  std::size_t w13 = m.add_param(block + "experts.w13_weight", {e, 2 * i, h}, group, false);
+  std::size_t w2 = m.add_param(block + "experts.w2_weight", {e, h, i}, group, false);
+  for (std::int64_t x = 0; x < e; ++x) {
+    const std::string expert = block + "experts." + std::to_string(x) + ".";
+    m.add_slot(expert + gate + ".weight", {i, h}, w13, x * 2 * i);
+    m.add_slot(expert + up + ".weight", {i, h}, w13, x * 2 * i + i);
+    m.add_slot(expert + down + ".weight", {h, i}, w2, x * h);
+  }
+}
+
 }  // namespace
+
+std::string_view moe_block_name(const ModelConfig& config) {
+  return config.architecture == architectures::kMixtral ? "block_sparse_moe" : "mlp";
+}
 
 WeightMapping llama_weight_mapping(const ModelConfig& c) {
   WeightMapping m(static_cast<int>(c.num_hidden_layers) + 2);
@@ -57,6 +155,10 @@ WeightMapping llama_weight_mapping(const ModelConfig& c) {
     }
     m.add_plain(p + "post_attention_layernorm.weight", {h}, g);
 
+    if (c.is_moe_layer(layer)) {
+      add_experts(m, c, p, g);
+      continue;
+    }
     std::size_t gate_up = m.add_param(p + "mlp.gate_up_proj.weight", {2 * i, h}, g, true);
     m.add_slot(p + "mlp.gate_proj.weight", {i, h}, gate_up, 0);
     m.add_slot(p + "mlp.up_proj.weight", {i, h}, gate_up, i);
@@ -73,32 +175,29 @@ WeightMapping llama_weight_mapping(const ModelConfig& c) {
 }
 
 void register_llama_family(ArchitectureRegistry& registry) {
-  registry.add(Architecture{std::string(architectures::kLlama), "llama", read_llama, write_llama,
-                            llama_weight_mapping, create_llama_model});
-  registry.add(Architecture{std::string(architectures::kMistral), "mistral", read_llama,
-                            [](const ModelConfig& c, nlohmann::json& out) {
-                              write_llama(c, out);
-                              // Mistral's config always carries the key; null is "no window".
-                              if (!c.sliding_window) out["sliding_window"] = nullptr;
-                            },
-                            llama_weight_mapping, create_llama_model});
-  registry.add(Architecture{std::string(architectures::kQwen2), "qwen2",
-                            [](const nlohmann::json& config, ModelConfig& out) {
-                              reject_sliding_window(config);
-                              // Qwen2 always has q/k/v biases and never an o_proj bias.
-                              out.qkv_bias = true;
-                            },
-                            [](const ModelConfig&, nlohmann::json&) {}, llama_weight_mapping,
-                            create_llama_model});
-  registry.add(Architecture{
-      std::string(architectures::kQwen3), "qwen3",
+  auto add = [&](std::string_view name, const char* model_type, auto read, auto write) {
+    registry.add(Architecture{std::string(name), model_type, read, write, llama_weight_mapping,
+                              create_llama_model});
+  };
+  add(architectures::kLlama, "llama", read_llama, write_llama);
+  add(architectures::kMistral, "mistral", read_llama,
+      [](const ModelConfig& c, nlohmann::json& out) {
+        write_llama(c, out);
+        // Mistral's config always carries the key; null is "no window".
+        if (!c.sliding_window) out["sliding_window"] = nullptr;
+      });
+  add(
+      architectures::kQwen2, "qwen2",
       [](const nlohmann::json& config, ModelConfig& out) {
         reject_sliding_window(config);
-        out.qkv_bias = out.o_proj_bias = config_field::flag(config, "attention_bias", false);
-        out.qk_norm = true;  // per-head RMSNorm on q and k
+        // Qwen2 always has q/k/v biases and never an o_proj bias.
+        out.qkv_bias = true;
       },
-      [](const ModelConfig& c, nlohmann::json& out) { out["attention_bias"] = c.qkv_bias; },
-      llama_weight_mapping, create_llama_model});
+      [](const ModelConfig&, nlohmann::json&) {});
+  add(architectures::kQwen3, "qwen3", read_qwen3,
+      [](const ModelConfig& c, nlohmann::json& out) { out["attention_bias"] = c.qkv_bias; });
+  add(architectures::kQwen3Moe, "qwen3_moe", read_qwen3_moe, write_qwen3_moe);
+  add(architectures::kMixtral, "mixtral", read_mixtral, write_mixtral);
 }
 
 }  // namespace hotswap::model_loader

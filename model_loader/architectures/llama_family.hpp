@@ -1,6 +1,8 @@
-// The Llama family of architectures (Llama, Mistral, Qwen2, Qwen3) as the registry knows them:
-// their config.json names and rules, their checkpoint layout (fused qkv_proj and gate_up_proj),
-// and the function that builds the model (llama_model.hpp). No libtorch here, so that config.json
+// The Llama family of architectures as the registry knows them: the dense Llama, Mistral, Qwen2
+// and Qwen3, and the mixtures of experts built on them, Qwen3-MoE and Mixtral. Their config.json
+// names and rules, their checkpoint layout (fused qkv_proj and gate_up_proj; experts fused into
+// vLLM's w13_weight [E, 2·I, H] and w2_weight [E, H, I]), and the function that builds the model
+// (llama_model.hpp). No libtorch here, so that config.json
 // can be read, and checkpoints laid out, without the model code.
 #pragma once
 
@@ -22,7 +24,13 @@ inline constexpr std::string_view kLlama = "LlamaForCausalLM";
 inline constexpr std::string_view kMistral = "MistralForCausalLM";
 inline constexpr std::string_view kQwen2 = "Qwen2ForCausalLM";
 inline constexpr std::string_view kQwen3 = "Qwen3ForCausalLM";
+inline constexpr std::string_view kQwen3Moe = "Qwen3MoeForCausalLM";
+inline constexpr std::string_view kMixtral = "MixtralForCausalLM";
 }  // namespace architectures
+
+// Where a sparse layer's router and experts live, as vLLM and the checkpoints name it:
+// "block_sparse_moe" for Mixtral, "mlp" for Qwen3-MoE.
+std::string_view moe_block_name(const ModelConfig& config);
 
 // Adds the four architectures to `registry`.
 void register_llama_family(ArchitectureRegistry& registry);

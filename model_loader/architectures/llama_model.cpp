@@ -5,8 +5,10 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_unique.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/bincount.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/floor_divide.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/pow.h>
@@ -16,6 +18,7 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <cmath>
 #include <limits>
@@ -95,6 +98,8 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   lm_head_ = config_.tie_word_embeddings ? embed_ : index("lm_head.weight");
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
+    const bool moe = config_.is_moe_layer(i);
+    const std::string block = p + std::string(moe_block_name(config_)) + ".";
     layers_.push_back(LayerParams{
         index(p + "input_layernorm.weight"),
         index(p + "self_attn.qkv_proj.weight"),
@@ -104,8 +109,11 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
         optional(p + "self_attn.q_norm.weight", config_.qk_norm),
         optional(p + "self_attn.k_norm.weight", config_.qk_norm),
         index(p + "post_attention_layernorm.weight"),
-        index(p + "mlp.gate_up_proj.weight"),
-        index(p + "mlp.down_proj.weight"),
+        optional(p + "mlp.gate_up_proj.weight", !moe),
+        optional(p + "mlp.down_proj.weight", !moe),
+        optional(block + "gate.weight", moe),
+        optional(block + "experts.w13_weight", moe),
+        optional(block + "experts.w2_weight", moe),
     });
   }
 }
@@ -269,6 +277,42 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param) const {
   return at::matmul(x, t.value.to(x.scalar_type()).t());
 }
 
+// A sparse layer's MLP as transformers computes it: the router's softmax over the experts in
+// float32, the top k per token (rescaled to sum to 1 where the config says so), then each expert
+// that any token chose runs once, on exactly the tokens routed to it; its output, scaled by each
+// token's weight, is added back in expert order, as transformers adds it.
+at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const {
+  const ModelConfig& c = config_;
+  const std::int64_t k = c.num_experts_per_tok, inter = c.moe_intermediate_size;
+  at::Tensor probs = at::softmax(linear(x, p.router).to(at::kFloat), -1);
+  auto [weights, chosen] = probs.topk(k, -1);  // [tokens, k]
+  if (c.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  if (!c.router_weights_float32) weights = weights.to(x.scalar_type());
+
+  // The (token, slot) pairs grouped by expert: one sort, and how many each expert got.
+  at::Tensor flat = chosen.reshape({-1});
+  at::Tensor order = std::get<1>(flat.sort());
+  at::Tensor token_of = at::floor_divide(order, k);
+  at::Tensor weight_of = weights.reshape({-1}).index({order}).unsqueeze(1);
+  at::Tensor counts = at::bincount(flat, {}, c.num_experts).to(at::kCPU);
+  const auto* count = counts.data_ptr<std::int64_t>();
+
+  const at::Tensor& w13 = store_[p.w13].value;
+  const at::Tensor& w2 = store_[p.w2].value;
+  at::Tensor out = at::zeros_like(x);
+  std::int64_t start = 0;
+  for (std::int64_t e = 0; e < c.num_experts; ++e) {
+    if (count[e] == 0) continue;
+    at::Tensor tokens = token_of.narrow(0, start, count[e]);
+    at::Tensor gate_up = at::matmul(x.index({tokens}), w13[e].to(x.scalar_type()).t());
+    at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+    at::Tensor y = at::matmul(m, w2[e].to(x.scalar_type()).t());
+    out.index_add_(0, tokens, (y * weight_of.narrow(0, start, count[e])).to(x.scalar_type()));
+    start += count[e];
+  }
+  return out;
+}
+
 // HF's RMSNorm: normalize in float32, cast back, then scale by the weight.
 at::Tensor LlamaModel::rms_norm(const at::Tensor& x, std::size_t param) const {
   at::Tensor h = x.to(at::kFloat);
@@ -413,10 +457,14 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     h = h + o;
 
     x = rms_norm(h, p.post_norm);
-    at::Tensor gate_up = linear(x, p.gate_up);
-    const std::int64_t inter = c.intermediate_size;
-    at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-    h = h + linear(m, p.down);
+    if (p.w13 != kNone) {
+      h = h + experts(x, p);
+    } else {
+      at::Tensor gate_up = linear(x, p.gate_up);
+      const std::int64_t inter = c.intermediate_size;
+      at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+      h = h + linear(m, p.down);
+    }
   }
   for (auto& s : slices)
     s.cache->length += s.num_tokens;
@@ -474,7 +522,7 @@ std::map<std::string, std::string> LlamaModel::checkpoint_checksums() const {
   std::shared_lock lock(store_.mutex());
   std::map<std::string, std::string> out;
   for (const auto& slot : mapping_.slots()) {
-    at::Tensor rows = store_[slot.param].value.narrow(0, slot.row_offset, slot.shape[0]);
+    at::Tensor rows = slot_rows(store_[slot.param].value, slot);
     auto it = dtypes.find(slot.name);
     c10::ScalarType dtype =
         it != dtypes.end() ? it->second : transport::to_scalar_type(config_.torch_dtype);

@@ -1,7 +1,8 @@
-// LlamaModel: the Llama family of causal LMs (Llama, Mistral, Qwen2, Qwen3) in libtorch with
-// vLLM's runtime layout (fused qkv_proj and gate_up_proj, tied lm_head when configured), a KV
-// cache, batched forward steps, and layerwise reload of checkpoint-format weights while it
-// serves. llama_family.hpp has the family's names, config.json rules and checkpoint layout.
+// LlamaModel: the Llama family of causal LMs (Llama, Mistral, Qwen2, Qwen3, and the mixtures of
+// experts Qwen3-MoE and Mixtral) in libtorch with vLLM's runtime layout (fused qkv_proj and
+// gate_up_proj, experts fused into w13 and w2, tied lm_head when configured), a KV cache, batched
+// forward steps, and layerwise reload of checkpoint-format weights while it serves.
+// llama_family.hpp has the family's names, config.json rules and checkpoint layout.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -76,9 +77,14 @@ class LlamaModel final : public ServableModel {
   c10::ScalarType compute_dtype_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2], on the model's device
 
+  // A layer's runtime parameters; kNone for those it does not have (a sparse layer has a router
+  // and fused experts in place of gate_up and down).
   struct LayerParams {
     std::size_t input_norm, qkv, qkv_bias, o, o_bias, q_norm, k_norm, post_norm, gate_up, down;
+    std::size_t router, w13, w2;
   };
+  // A sparse layer's MLP on the normalized hidden states `x` [tokens, hidden].
+  at::Tensor experts(const at::Tensor& x, const LayerParams& p) const;
   std::vector<LayerParams> layers_;
   std::size_t embed_, final_norm_, lm_head_;
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);

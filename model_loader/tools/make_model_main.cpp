@@ -23,13 +23,22 @@ int main(int argc, char** argv) {
   app.add_option("--arch", arch, model_types)->required();
   app.add_option("--layers", config.num_hidden_layers, "decoder layers")->required();
   app.add_option("--hidden-size", config.hidden_size)->required();
-  app.add_option("--intermediate-size", config.intermediate_size)->required();
+  app.add_option("--intermediate-size", config.intermediate_size,
+                 "the dense MLP's width (Mixtral: each expert's)")
+      ->required();
   app.add_option("--heads", config.num_attention_heads, "attention heads")->required();
   app.add_option("--kv-heads", config.num_key_value_heads, "key/value heads")->required();
   app.add_option("--head-dim", head_dim, "default: hidden-size / heads");
   app.add_option("--vocab", config.vocab_size)->required();
   app.add_option("--dtype", dtype, "float32 | bfloat16 | float16");
   app.add_flag("--tie-word-embeddings", config.tie_word_embeddings);
+  app.add_option("--num-experts", config.num_experts, "qwen3_moe, mixtral: experts per layer");
+  app.add_option("--num-experts-per-tok", config.num_experts_per_tok,
+                 "qwen3_moe, mixtral: experts each token takes");
+  app.add_option("--moe-intermediate-size", config.moe_intermediate_size,
+                 "qwen3_moe: each expert's width");
+  app.add_flag("--norm-topk-prob", config.norm_topk_prob,
+               "qwen3_moe: rescale the chosen experts' weights to sum to 1");
   app.add_option("--seed", seed);
   app.add_option("--shard-size", shard_size, "bytes of tensor data per safetensors shard");
   app.add_option("--out", out, "output directory")->required();
@@ -52,6 +61,15 @@ int main(int argc, char** argv) {
         {"max_position_embeddings", 4096},
     };
     if (head_dim > 0) json["head_dim"] = head_dim;
+    // Mixture-of-experts fields, under both names transformers has used for the count; each
+    // architecture reads the ones it has, with transformers' defaults for the rest.
+    if (config.num_experts > 0)
+      json["num_experts"] = json["num_local_experts"] = config.num_experts;
+    if (config.num_experts_per_tok > 0) json["num_experts_per_tok"] = config.num_experts_per_tok;
+    if (config.moe_intermediate_size > 0) {
+      json["moe_intermediate_size"] = config.moe_intermediate_size;
+    }
+    if (config.norm_topk_prob) json["norm_topk_prob"] = true;
     auto parsed = model_loader::ModelConfig::from_json(json);
     auto start = std::chrono::steady_clock::now();
     model_loader::SyntheticCheckpointOptions options;

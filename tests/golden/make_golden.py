@@ -10,13 +10,14 @@ Run it from a virtual environment OUTSIDE the repository, never in CI:
     /opt/hotswap-golden-venv/bin/python tests/golden/make_golden.py
 
 It rewrites tests/golden/model_loader/<fixture>/ (config.json, model.safetensors, golden.json)
-and tests/golden/safetensors/. Versions used are recorded in each golden.json.
+and tests/golden/safetensors/; `make_golden.py qwen3_moe_f32 ...` rewrites only those fixtures. Versions used are recorded in each golden.json.
 """
 
 import json
 import math
 import os
 import shutil
+import sys
 
 import safetensors
 import safetensors.torch
@@ -26,6 +27,9 @@ import transformers
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = [3, 17, 42, 5, 99, 64, 7, 120, 1, 33, 8, 77]
 CONTINUATION = 8
+# A mixture of experts must pick every token's experts by a clear margin in router logits, or
+# rounding (bfloat16 above all) may legitimately pick another expert and another output.
+MIN_ROUTER_MARGIN = 0.05
 
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=128, max_position_embeddings=64,
@@ -44,6 +48,18 @@ FIXTURES = {
     "qwen2_bf16": ("Qwen2Config", "Qwen2ForCausalLM", torch.bfloat16, {}),
     "qwen3_f32": ("Qwen3Config", "Qwen3ForCausalLM", torch.float32, dict(head_dim=32)),
     "qwen3_bf16": ("Qwen3Config", "Qwen3ForCausalLM", torch.bfloat16, dict(head_dim=32)),
+    # Mixture of experts: 8 experts, 2 per token. Qwen3-MoE's float32 fixture normalizes the
+    # top-k weights and keeps layer 1 dense (mlp_only_layers); its bfloat16 one does neither.
+    "qwen3_moe_f32": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", torch.float32, dict(
+        head_dim=32, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+        norm_topk_prob=True, mlp_only_layers=[1])),
+    "qwen3_moe_bf16": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", torch.bfloat16, dict(
+        head_dim=32, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+        norm_topk_prob=False)),
+    "mixtral_window_f32": ("MixtralConfig", "MixtralForCausalLM", torch.float32, dict(
+        num_local_experts=8, num_experts_per_tok=2, sliding_window=6)),
+    "mixtral_bf16": ("MixtralConfig", "MixtralForCausalLM", torch.bfloat16, dict(
+        num_local_experts=8, num_experts_per_tok=2)),
 }
 
 
@@ -62,6 +78,11 @@ def init_weights(model, seed):
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.5 / math.sqrt(fan_in)))
 
 
+def router_margin(logits, k):
+    top = torch.topk(logits.float(), k + 1, -1).values
+    return (top[:, k - 1] - top[:, k]).min().item()
+
+
 def make_fixture(name, config_cls, model_cls, dtype, extra, seed):
     out = os.path.join(HERE, "model_loader", name)
     shutil.rmtree(out, ignore_errors=True)
@@ -78,6 +99,12 @@ def make_fixture(name, config_cls, model_cls, dtype, extra, seed):
             os.remove(path)
 
     ids = torch.tensor([PROMPT])
+    router_margins = []
+    for layer in getattr(model.model, "layers", []):
+        router = getattr(layer.mlp, "gate", None)
+        if isinstance(router, torch.nn.Module) and hasattr(router, "top_k"):
+            router.register_forward_hook(lambda mod, inp, out: router_margins.append(
+                router_margin(out[0], mod.top_k)))
     with torch.no_grad():
         logits = model(ids).logits[0].float()
         generated = model.generate(ids, max_new_tokens=CONTINUATION, do_sample=False,
@@ -91,17 +118,25 @@ def make_fixture(name, config_cls, model_cls, dtype, extra, seed):
         steps.append({"token": token,
                       "logprob": torch.log_softmax(row, -1)[token].item(),
                       "margin": (top2[0] - top2[1]).item()})
+    if router_margins and min(router_margins) < MIN_ROUTER_MARGIN:
+        return None  # a near-tie in routing: the caller draws other weights
     golden = {
         "made_by": {"transformers": transformers.__version__, "torch": torch.__version__},
+        "seed": seed,
         "architecture": model_cls,
         "dtype": str(dtype).split(".")[-1],
         "prompt": PROMPT,
         "logits": [[round(v, 6) for v in row] for row in logits.tolist()],
         "greedy": steps,
     }
+    if router_margins:
+        # The smallest gap, in router logits, between a token's last chosen expert and the first
+        # one left out, over every layer and step: how far rounding is from a reroute.
+        golden["router_margin"] = min(router_margins)
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(golden, f, indent=1)
     print(f"{name}: greedy {tokens}")
+    return golden
 
 
 def make_safetensors_vectors():
@@ -143,6 +178,13 @@ def make_safetensors_vectors():
 
 
 if __name__ == "__main__":
+    # With fixture names as arguments, only those are rewritten (each keeps its seed).
+    only = set(sys.argv[1:])
     for i, (name, (config_cls, model_cls, dtype, extra)) in enumerate(FIXTURES.items()):
-        make_fixture(name, config_cls, model_cls, dtype, extra, seed=1234 + i)
-    make_safetensors_vectors()
+        if not only or name in only:
+            # Seeds step by 1000 until the routing is clear (dense models take the first).
+            seed = 1234 + i
+            while make_fixture(name, config_cls, model_cls, dtype, extra, seed) is None:
+                seed += 1000
+    if not only:
+        make_safetensors_vectors()

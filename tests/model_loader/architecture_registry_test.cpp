@@ -36,7 +36,8 @@ BOOST_AUTO_TEST_CASE(the_builtin_registry_serves_the_llama_family_by_both_names)
   const auto& registry = ArchitectureRegistry::builtin();
   BOOST_TEST(
       (registry.names() == std::vector<std::string>{"LlamaForCausalLM", "MistralForCausalLM",
-                                                    "Qwen2ForCausalLM", "Qwen3ForCausalLM"}));
+                                                    "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                                    "Qwen3MoeForCausalLM", "MixtralForCausalLM"}));
   BOOST_TEST(registry.find_by_model_type("qwen3").name == std::string(architectures::kQwen3));
   BOOST_TEST(registry.find(architectures::kMistral).model_type == "mistral");
 }
@@ -46,10 +47,10 @@ BOOST_AUTO_TEST_CASE(an_unknown_architecture_is_refused_naming_it_and_what_is_se
   HOTSWAP_CHECK_THROW_MSG(registry.find("GPT2LMHeadModel"), protocol::ValueError,
                           "architecture 'GPT2LMHeadModel' is not supported (hotswap serves "
                           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                          "Qwen3ForCausalLM)");
+                          "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM)");
   HOTSWAP_CHECK_THROW_MSG(registry.find_by_model_type("gpt2"), protocol::ValueError,
                           "unknown architecture 'gpt2' (expected one of llama, mistral, qwen2, "
-                          "qwen3)");
+                          "qwen3, qwen3_moe, mixtral)");
 }
 
 BOOST_AUTO_TEST_CASE(a_name_or_model_type_is_registered_once) {
@@ -68,7 +69,7 @@ BOOST_AUTO_TEST_CASE(a_name_or_model_type_is_registered_once) {
 
 BOOST_AUTO_TEST_CASE(load_model_builds_the_architecture_config_json_names) {
   for (auto arch : {architectures::kLlama, architectures::kMistral, architectures::kQwen2,
-                    architectures::kQwen3}) {
+                    architectures::kQwen3, architectures::kQwen3Moe, architectures::kMixtral}) {
     BOOST_TEST_CONTEXT(arch) {
       testing::CheckpointDir ckpt(testing::tiny_config(arch), 40);
       std::shared_ptr<model_loader::ServableModel> model = ckpt.load();
@@ -81,10 +82,10 @@ BOOST_AUTO_TEST_CASE(load_model_builds_the_architecture_config_json_names) {
 BOOST_AUTO_TEST_CASE(a_checkpoint_of_an_unserved_architecture_is_refused_before_any_weight_loads) {
   testing::CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 41);
   auto config = ckpt.config.to_json();
-  config["architectures"] = {"MixtralForCausalLM"};
+  config["architectures"] = {"DeepseekV3ForCausalLM"};
   std::ofstream(ckpt.dir.path / "config.json") << config.dump();
   HOTSWAP_CHECK_THROW_MSG(model_loader::load_model(ckpt.dir.path), protocol::ValueError,
-                          "config.json: architecture 'MixtralForCausalLM' is not supported");
+                          "config.json: architecture 'DeepseekV3ForCausalLM' is not supported");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(logits_and_greedy_continuations_match_transformers) {
     }
     ++fixtures;
   }
-  BOOST_TEST(fixtures == 8);
+  BOOST_TEST(fixtures == 12);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -44,6 +44,16 @@ inline model_loader::ModelConfig tiny_config(std::string_view arch,
     c.head_dim = 16;  // apart from hidden_size / heads
   } else if (arch == names::kMistral) {
     c.sliding_window = 3;
+  } else if (arch == names::kQwen3Moe) {
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 24;
+    c.norm_topk_prob = true;
+    c.mlp_only_layers = {1};  // layer 0 sparse, layer 1 dense
+  } else if (arch == names::kMixtral) {
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.sliding_window = 3;
   } else if (arch == names::kLlama) {
     c.rope_scaling = model_loader::Llama3RopeScaling{8.0, 1.0, 4.0, 8};
     c.rope_theta = 500000.0;
