@@ -143,15 +143,19 @@ std::vector<std::string> LayerwiseReload::missing_names(bool require_complete) c
   const auto& mapping = store_.mapping();
   std::vector<std::string> missing;
   for (int g = 0; g < mapping.num_groups(); ++g) {
-    const auto& slots = mapping.slots_of_group(g);
-    bool touched =
-        std::any_of(slots.begin(), slots.end(), [&](std::size_t s) { return received_[s]; });
-    for (std::size_t s : slots) {
+    for (std::size_t s : mapping.slots_of_group(g)) {
       if (received_[s]) continue;
-      // An untouched layer keeps its old weights; a touched one keeps the old values of what it
-      // did not receive only where those are held exactly.
-      bool lossy = store_.quantized(mapping.slots()[s].param);
-      if (require_complete || (touched && lossy)) missing.push_back(mapping.slots()[s].name);
+      // What a round leaves out keeps its old values where they are held exactly: in full
+      // precision, or an int8 parameter the round did not touch at all. An int8 parameter it
+      // touched in part (q_proj without k_proj) is re-quantized from rows whose old values are
+      // gone, so the rest must come too.
+      const std::size_t p = mapping.slots()[s].param;
+      const auto& of_param = mapping.slots_of_param(p);
+      const bool touched = std::any_of(of_param.begin(), of_param.end(),
+                                       [&](std::size_t other) { return received_[other]; });
+      if (require_complete || (touched && store_.quantized(p))) {
+        missing.push_back(mapping.slots()[s].name);
+      }
     }
   }
   return missing;
@@ -169,8 +173,8 @@ void LayerwiseReload::finish(bool require_complete) {
     throw protocol::ValueError(
         require_complete
             ? "the checkpoint is missing " + std::to_string(missing.size()) + " tensors: " + list
-            : "the update delivered only part of a layer whose runtime storage is int8-quantized, "
-              "so the old values of the rest cannot be kept; missing " +
+            : "the update delivered only part of a fused tensor whose runtime storage is "
+              "int8-quantized, so the old values of the rest cannot be kept; missing " +
                   list);
   }
   if (mode_ == UpdateMode::kStaged) {

@@ -137,6 +137,31 @@ BOOST_AUTO_TEST_CASE(an_update_of_one_expert_changes_that_expert_only) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(under_int8_one_expert_updates_alone_and_the_rest_keeps_its_values) {
+  // Experts stay in the runtime dtype under int8, so a round that names one expert keeps the
+  // others exactly; the layer's quantized attention, untouched, keeps its int8 values too.
+  auto config = testing::tiny_config(architectures::kQwen3Moe);
+  CheckpointDir old_ckpt(config, 90), new_ckpt(config, 91);
+  model_loader::ModelOptions options;
+  options.quantize_int8 = true;
+  auto model = old_ckpt.load(options);
+  const auto before = model->runtime_checksums("");
+  const std::string expert = "model.layers.0.mlp.experts.1.";
+  std::vector<model_loader::NamedTensor> update;
+  for (const auto& [name, t] : new_ckpt.tensors()) {
+    if (name.starts_with(expert)) update.emplace_back(name, t);
+  }
+  model->start_reload();
+  model->load_weights(update);
+  model->finish_reload();
+  const auto after = model->runtime_checksums("");
+  for (const auto& [name, digest] : before) {
+    BOOST_TEST((after.at(name) == digest) == (name != "model.layers.0.mlp.experts.w13_weight" &&
+                                              name != "model.layers.0.mlp.experts.w2_weight"),
+               name);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_failed_staged_update_mid_moe_layer_keeps_every_expert) {
   auto config = testing::tiny_config(architectures::kMixtral);
   CheckpointDir old_ckpt(config, 70), new_ckpt(config, 71);
