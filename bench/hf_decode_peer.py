@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The peer of hotswap's decode benchmarks: Hugging Face transformers on the same checkpoint,
+dtype and thread count, timing the same greedy decode steps after a prefill.
+
+    $HOTSWAP_PEER_PYTHON bench/hf_decode_peer.py MODEL_DIR --batch 8 --prompt 16 --steps 32 \
+        --threads 2
+
+Prints one JSON line: {"tokens_per_second": ..., "batch": ..., "steps": ...}. Needs torch and
+transformers (a virtual environment outside the repository, named by HOTSWAP_PEER_PYTHON).
+"""
+
+import argparse
+import json
+import time
+
+import torch
+import transformers
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    config = transformers.AutoConfig.from_pretrained(args.model)
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        args.model, config=config, dtype=getattr(config, "dtype", None) or "auto").eval()
+    # The prompt hotswap's benchmark uses: token i is i * 7 mod the vocabulary.
+    prompt = [i * 7 % config.vocab_size for i in range(args.prompt)]
+    ids = torch.tensor([prompt] * args.batch)
+    with torch.no_grad():
+        out = model(ids, use_cache=True)  # prefill, untimed, as on hotswap's side
+        cache = out.past_key_values
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            out = model(token, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+        seconds = time.perf_counter() - start
+    print(json.dumps({"tokens_per_second": args.batch * args.steps / seconds,
+                      "batch": args.batch, "steps": args.steps}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+// Decode speed of a mixture-of-experts model next to Hugging Face transformers on the same
+// checkpoint, dtype and thread count (bench/hf_decode_peer.py, run by the python that
+// HOTSWAP_PEER_PYTHON names; without it the peer is skipped and the run says so). Greedy decode
+// steps after a prefill, batch 1 and 8; hotswap and the peer take turns, --reps times each, and
+// every figure is the median with its range.
+//
+//   hotswap_moe_decode_bench [--arch qwen3_moe|mixtral] [--reps 3] [--steps 32] [--dir DIR]
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_support.hpp"
+#include "model_loader/architecture_registry.hpp"
+#include "model_loader/generation.hpp"
+#include "model_loader/servable_model.hpp"
+#include "model_loader/synthetic_checkpoint.hpp"
+
+using namespace hotswap;
+namespace fs = std::filesystem;
+using bench::Clock;
+using bench::since;
+
+namespace {
+
+constexpr std::int64_t kPromptTokens = 16;
+
+// A small MoE in the shape of the real ones (many narrow experts, a few per token).
+model_loader::ModelConfig moe_config(const std::string& model_type) {
+  nlohmann::json json = {
+      {"architectures",
+       {model_loader::ArchitectureRegistry::builtin().find_by_model_type(model_type).name}},
+      {"hidden_size", 512},
+      {"intermediate_size", 256},
+      {"moe_intermediate_size", 256},
+      {"num_hidden_layers", 4},
+      {"num_attention_heads", 8},
+      {"num_key_value_heads", 4},
+      {"head_dim", 64},
+      {"vocab_size", 8000},
+      {"num_experts", 32},
+      {"num_local_experts", 32},
+      {"num_experts_per_tok", 4},
+      {"norm_topk_prob", true},
+      {"max_position_embeddings", 4096},
+      {"torch_dtype", "bfloat16"},
+  };
+  return model_loader::ModelConfig::from_json(json);
+}
+
+// tokens/s of `steps` greedy decode steps after the prefill, batch `batch`.
+double hotswap_decode(const model_loader::ServableModel& model, int batch, int steps) {
+  model_loader::SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = steps + 1;
+  std::vector<std::int64_t> prompt(kPromptTokens);
+  for (std::int64_t i = 0; i < kPromptTokens; ++i)
+    prompt[i] = i * 7 % model.config().vocab_size;
+  std::vector<model_loader::Sequence> sequences;
+  for (int b = 0; b < batch; ++b)
+    sequences.emplace_back(prompt, params);
+  std::vector<model_loader::Sequence*> pointers;
+  for (auto& s : sequences)
+    pointers.push_back(&s);
+  model_loader::step(model, pointers);  // prefill, untimed
+  auto start = Clock::now();
+  for (int i = 0; i < steps; ++i)
+    model_loader::step(model, pointers);
+  return batch * steps / since(start);
+}
+
+// The peer's tokens/s, or nullopt when it cannot run (no HOTSWAP_PEER_PYTHON, or it failed).
+std::optional<double> peer_decode(const std::string& python, const fs::path& dir, int batch,
+                                  int steps, unsigned threads) {
+  const fs::path script = fs::path(HOTSWAP_BENCH_DIR) / "hf_decode_peer.py";
+  std::string command = "'" + python + "' '" + script.string() + "' '" + dir.string() +
+                        "' --batch " + std::to_string(batch) + " --prompt " +
+                        std::to_string(kPromptTokens) + " --steps " + std::to_string(steps) +
+                        " --threads " + std::to_string(threads) + " 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  if (!pipe) return std::nullopt;
+  std::string out;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe.get()) != nullptr)
+    out += buffer;
+  try {
+    return nlohmann::json::parse(out.substr(out.rfind('{'))).at("tokens_per_second").get<double>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string arch = "qwen3_moe";
+  int reps = 3, steps = 32;
+  fs::path dir = fs::temp_directory_path() / "hotswap-moe-decode-bench";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--arch") arch = argv[i + 1];
+    if (flag == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
+    if (flag == "--steps") steps = std::max(1, std::atoi(argv[i + 1]));
+    if (flag == "--dir") dir = argv[i + 1];
+  }
+  auto config = moe_config(arch);
+  model_loader::SyntheticCheckpointOptions synthetic;
+  synthetic.seed = 1;
+  const std::uint64_t bytes = model_loader::write_synthetic_checkpoint(dir, config, synthetic);
+  auto model = model_loader::load_model(dir);
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const char* python = std::getenv("HOTSWAP_PEER_PYTHON");
+  std::printf("model: %s, %.0f MB bf16, %lld experts of %lld, %lld per token, %u threads\n",
+              config.architecture_name().c_str(), bytes / 1e6,
+              static_cast<long long>(config.num_experts),
+              static_cast<long long>(config.moe_intermediate_size),
+              static_cast<long long>(config.num_experts_per_tok), threads);
+  if (python == nullptr) {
+    std::printf("peer: skipped (set HOTSWAP_PEER_PYTHON to a python with torch and "
+                "transformers to compare with Hugging Face transformers)\n");
+  }
+
+  for (int batch : {1, 8}) {
+    hotswap_decode(*model, batch, 4);  // warm-up
+    std::vector<double> ours, peer;
+    for (int r = 0; r < reps; ++r) {  // interleaved: both see the same machine weather
+      ours.push_back(hotswap_decode(*model, batch, steps));
+      if (python != nullptr) {
+        if (auto t = peer_decode(python, dir, batch, steps, threads)) peer.push_back(*t);
+      }
+    }
+    auto a = bench::spread_of(ours);
+    nlohmann::json extra = {{"batch", batch}, {"hotswap", a.to_json()}};
+    std::string line = "decode batch " + std::to_string(batch);
+    if (!peer.empty()) {
+      auto b = bench::spread_of(peer);
+      extra["transformers"] = b.to_json();
+      extra["ratio_to_transformers"] = a.median / b.median;
+      std::printf("%s: hotswap %.1f tokens/s (%.1f–%.1f), transformers %.1f (%.1f–%.1f): %.2f×\n",
+                  line.c_str(), a.median, a.low, a.high, b.median, b.low, b.high,
+                  a.median / b.median);
+    } else if (python != nullptr) {
+      std::printf("%s: the peer failed to run (see bench/hf_decode_peer.py)\n", line.c_str());
+    }
+    bench::report("moe_decode", line, a.median, "tokens/s", extra);
+  }
+  fs::remove_all(dir);
+  return 0;
+}
