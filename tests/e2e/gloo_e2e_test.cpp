@@ -9,6 +9,7 @@
 #include <future>
 
 #include "e2e/e2e_support.hpp"
+#include "model_loader/generation.hpp"
 #include "model_loader/model_test_support.hpp"
 #include "protocol/errors.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
@@ -29,10 +30,12 @@ using testing::WorkerProcess;
 namespace {
 
 struct Fixture {
-  model_loader::ModelConfig config =
-      testing::tiny_config(model_loader::architectures::kQwen3, protocol::DType::kBFloat16);
-  CheckpointDir old_ckpt{config, 3100};
-  CheckpointDir new_ckpt{config, 3200};
+  explicit Fixture(model_loader::ModelConfig c = testing::tiny_config(
+                       model_loader::architectures::kQwen3, protocol::DType::kBFloat16))
+      : config(std::move(c)), old_ckpt{config, 3100}, new_ckpt{config, 3200} {}
+  model_loader::ModelConfig config;
+  CheckpointDir old_ckpt;
+  CheckpointDir new_ckpt;
 
   std::unique_ptr<WorkerProcess> worker(int dp_rank, int dp_size,
                                         const std::string& timeout = "20") {
@@ -57,9 +60,42 @@ struct Fixture {
   }
 };
 
+// A mixture of experts: per-expert checkpoint tensors on the wire, fused experts in the worker.
+struct MoeFixture : Fixture {
+  MoeFixture()
+      : Fixture(testing::tiny_config(model_loader::architectures::kQwen3Moe,
+                                     protocol::DType::kBFloat16)) {}
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(gloo_end_to_end)
+
+BOOST_FIXTURE_TEST_CASE(a_mixture_of_experts_takes_packed_and_unpacked_rounds, MoeFixture) {
+  auto w = worker(0, 1);
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  const json greedy = {{"prompt_token_ids", {3, 17, 42, 5}}, {"max_tokens", 6}, {"temperature", 0}};
+  BOOST_TEST(client->call("generate", greedy)["token_ids"].size() == 6u);
+  for (bool packed : {true, false}) {
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+    info.packed = packed;
+    info.packed_buffer_size_bytes = 3000;  // chunks that split a layer's experts
+    info.timeout = 30s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
+    engine->push({packed ? "moe-packed" : "moe-unpacked", /*verify=*/true});
+    verify(*client);
+    engine->shutdown();
+  }
+  // The worker now generates what a fresh load of the new checkpoint generates.
+  auto fresh = new_ckpt.load();
+  model_loader::SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = 6;
+  auto expected = model_loader::generate(*fresh, {{3, 17, 42, 5}}, params).at(0).token_ids;
+  const json after = client->call("generate", greedy);
+  BOOST_TEST(after["token_ids"].get<std::vector<std::int64_t>>() == expected);
+  BOOST_TEST(after["weight_versions"][0][0] == "moe-unpacked");
+}
 
 BOOST_FIXTURE_TEST_CASE(one_worker_packed_and_unpacked_rounds_verify, Fixture) {
   auto w = worker(0, 1);
