@@ -64,6 +64,25 @@ BOOST_AUTO_TEST_CASE(both_spellings_of_the_expert_count_are_read) {
              std::vector<std::int64_t>{0});
 }
 
+BOOST_AUTO_TEST_CASE(decoder_sparse_step_and_mlp_only_layers_pick_the_sparse_layers) {
+  json config = moe_base("Qwen3MoeForCausalLM");
+  config["num_hidden_layers"] = 6;
+  config["decoder_sparse_step"] = 2;
+  config["mlp_only_layers"] = {3};
+  auto c = ModelConfig::from_json(config);
+  std::vector<bool> sparse;
+  for (int layer = 0; layer < 6; ++layer)
+    sparse.push_back(c.is_moe_layer(layer));
+  // Every second layer (1, 3, 5) as transformers counts, but layer 3 keeps a dense MLP.
+  BOOST_TEST((sparse == std::vector<bool>{false, true, false, false, false, true}));
+  // The layout follows: dense layers have gate_up_proj, sparse ones fused experts.
+  auto mapping =
+      model_loader::ArchitectureRegistry::builtin().find(c.architecture).weight_mapping(c);
+  BOOST_TEST(mapping.find("model.layers.3.mlp.gate_proj.weight") != nullptr);
+  BOOST_TEST(mapping.find("model.layers.5.mlp.experts.0.gate_proj.weight") != nullptr);
+  BOOST_TEST(mapping.find("model.layers.5.mlp.gate_proj.weight") == nullptr);
+}
+
 BOOST_AUTO_TEST_CASE(impossible_expert_configs_are_refused_by_name) {
   json too_many = moe_base("MixtralForCausalLM");
   too_many["num_local_experts"] = 2;
