@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "protocol/bounded_json.hpp"
@@ -74,31 +75,41 @@ std::optional<json> body_of(const httplib::Request& req, httplib::Response& res)
   return body;
 }
 
-// A query-string value as FastAPI reads a bool parameter, or else the string itself.
-json query_value(const std::string& text) {
+// A query-string value as FastAPI reads a bool parameter, if it reads as one.
+std::optional<bool> query_bool(const std::string& text) {
   std::string lower;
   for (char c : text)
     lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
   if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
-  return text;
+  return std::nullopt;
 }
 
 // Adds the query fields of `method` to `params`, each checked on its own so that a bad one is
-// answered with a 400 naming it (`param: "query.mode"`), as vLLM's query validation does.
+// answered with a 400 naming it (`param: "query.mode"`), as vLLM's query validation does. A
+// value is the string itself where the method takes a string there, else the boolean it spells.
 bool read_query(const protocol::ControlMethod& method, const httplib::Request& req,
                 httplib::Response& res, json& params) {
   for (std::string_view field : method.query_fields) {
     const std::string key(field);
     if (!req.has_param(key)) continue;
-    json value = query_value(req.get_param_value(key));
+    const std::string text = req.get_param_value(key);
     try {
-      method.validate(json{{key, value}});
-    } catch (const protocol::ValueError& e) {
-      reply_error(res, 400, e.what(), "ValueError", "query." + key);
+      method.validate(json{{key, text}});
+      params[key] = text;
+      continue;
+    } catch (const protocol::ValueError& as_text) {
+      if (auto flag = query_bool(text)) {
+        try {
+          method.validate(json{{key, *flag}});
+          params[key] = *flag;
+          continue;
+        } catch (const protocol::ValueError&) {
+        }
+      }
+      reply_error(res, 400, as_text.what(), "ValueError", "query." + key);
       return false;
     }
-    params[key] = std::move(value);
   }
   return true;
 }

@@ -90,6 +90,10 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_are_400s_and_wrong_order_409s, Fixture) {
   BOOST_TEST(s3 == 400);
   BOOST_TEST(b3["error"]["param"] == "query.include_dp");
   BOOST_TEST(b3["detail"] == "`include_dp` must be true or false, got string \"maybe\"");
+  // A string field keeps its text: `mode=on` is a bad pause mode, not the boolean true.
+  auto [s4, b4] = post("/pause?mode=on");
+  BOOST_TEST(s4 == 400);
+  BOOST_TEST(b4["detail"] == "Invalid pause mode 'on': expected abort, wait or keep");
   BOOST_TEST(get("/is_paused").second["is_paused"] == false);  // no state change
   BOOST_TEST(post("/update_weights", R"({"update_info": {"path": "/x"}})").first == 409);
   BOOST_TEST(post("/finish_weight_update").first == 409);
