@@ -123,8 +123,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(config.moe_intermediate_size),
               static_cast<long long>(config.num_experts_per_tok), threads);
   if (python == nullptr) {
-    std::printf("peer: skipped (set HOTSWAP_PEER_PYTHON to a python with torch and "
-                "transformers to compare with Hugging Face transformers)\n");
+    std::printf(
+        "peer: skipped (set HOTSWAP_PEER_PYTHON to a python with torch and "
+        "transformers to compare with Hugging Face transformers)\n");
   }
 
   for (int batch : {1, 8}) {

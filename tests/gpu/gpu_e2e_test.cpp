@@ -111,9 +111,10 @@ BOOST_AUTO_TEST_CASE(greedy_tokens_and_float32_logprobs_on_cuda_0_equal_the_cpus
   greedy.max_tokens = 16;
   greedy.temperature = 0;
   // The mixtures of experts too: routing, grouping by expert and the fused experts on the GPU.
-  for (auto arch : {model_loader::architectures::kLlama, model_loader::architectures::kMistral,
-                    model_loader::architectures::kQwen2, model_loader::architectures::kQwen3,
-                    model_loader::architectures::kQwen3Moe, model_loader::architectures::kMixtral}) {
+  for (auto arch :
+       {model_loader::architectures::kLlama, model_loader::architectures::kMistral,
+        model_loader::architectures::kQwen2, model_loader::architectures::kQwen3,
+        model_loader::architectures::kQwen3Moe, model_loader::architectures::kMixtral}) {
     CheckpointDir ckpt(testing::tiny_config(arch), 31);  // float32
     model_loader::ModelOptions on_gpu;
     on_gpu.device = c10::Device(c10::kCUDA, 0);
