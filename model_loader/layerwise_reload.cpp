@@ -142,18 +142,19 @@ bool LayerwiseReload::received_everything() const {
 std::vector<std::string> LayerwiseReload::missing_names(bool require_complete) const {
   const auto& mapping = store_.mapping();
   std::vector<std::string> missing;
+  // What a round leaves out keeps its old values where they are held exactly: in full
+  // precision, or an int8 parameter the round did not touch at all. An int8 parameter it
+  // touched in part (q_proj without k_proj) is re-quantized from rows whose old values are gone,
+  // so the rest must come too.
+  std::vector<bool> touched(mapping.runtime_params().size(), false);
+  for (std::size_t s = 0; s < received_.size(); ++s) {
+    if (received_[s]) touched[mapping.slots()[s].param] = true;
+  }
   for (int g = 0; g < mapping.num_groups(); ++g) {
     for (std::size_t s : mapping.slots_of_group(g)) {
       if (received_[s]) continue;
-      // What a round leaves out keeps its old values where they are held exactly: in full
-      // precision, or an int8 parameter the round did not touch at all. An int8 parameter it
-      // touched in part (q_proj without k_proj) is re-quantized from rows whose old values are
-      // gone, so the rest must come too.
       const std::size_t p = mapping.slots()[s].param;
-      const auto& of_param = mapping.slots_of_param(p);
-      const bool touched = std::any_of(of_param.begin(), of_param.end(),
-                                       [&](std::size_t other) { return received_[other]; });
-      if (require_complete || (touched && store_.quantized(p))) {
+      if (require_complete || (touched[p] && store_.quantized(p))) {
         missing.push_back(mapping.slots()[s].name);
       }
     }

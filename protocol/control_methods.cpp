@@ -35,8 +35,8 @@ void generate(const json& params) {
 }
 
 // A weight-transfer call: a POST with a JSON body, long, counted under `operation`.
-ControlMethod weight_call(std::string_view name, std::string_view route, std::string_view operation,
-                          void (*validate)(const json&)) {
+ControlMethod weight_transfer_call(std::string_view name, std::string_view route,
+                                   std::string_view operation, void (*validate)(const json&)) {
   return ControlMethod{name, HttpVerb::kPost, route, {}, true, true, false, operation, validate};
 }
 
@@ -48,13 +48,15 @@ const std::vector<ControlMethod>& control_methods() {
   // name, verb, route, query fields, JSON body, long, cancelled when the caller leaves,
   // /metrics operation, validator.
   static const std::vector<ControlMethod> table{
-      weight_call(kInitWeightTransferEngine, "/init_weight_transfer_engine", "init", init_info),
-      weight_call(kShutdownWeightTransferEngine, "/shutdown_weight_transfer_engine", "shutdown",
-                  any_object),
-      weight_call(kStartWeightUpdate, "/start_weight_update", "start", any_object),
-      weight_call(kStartDraftWeightUpdate, "/start_draft_weight_update", "start_draft", any_object),
-      weight_call(kUpdateWeights, "/update_weights", "update", update_info),
-      weight_call(kFinishWeightUpdate, "/finish_weight_update", "finish", weight_version),
+      weight_transfer_call(kInitWeightTransferEngine, "/init_weight_transfer_engine", "init",
+                           init_info),
+      weight_transfer_call(kShutdownWeightTransferEngine, "/shutdown_weight_transfer_engine",
+                           "shutdown", any_object),
+      weight_transfer_call(kStartWeightUpdate, "/start_weight_update", "start", any_object),
+      weight_transfer_call(kStartDraftWeightUpdate, "/start_draft_weight_update", "start_draft",
+                           any_object),
+      weight_transfer_call(kUpdateWeights, "/update_weights", "update", update_info),
+      weight_transfer_call(kFinishWeightUpdate, "/finish_weight_update", "finish", weight_version),
       // Setting a version is instant: answered on the socket's thread.
       {kUpdateWeightVersion,
        V::kPost,

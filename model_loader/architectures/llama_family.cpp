@@ -103,28 +103,28 @@ void write_mixtral(const ModelConfig& c, nlohmann::json& out) {
 // projections, which fill rows of the fused w13 [E, 2·I, H] (gate rows, then up rows, per
 // expert) and w2 [E, H, I].
 void add_experts(WeightMapping& m, const ModelConfig& c, const std::string& layer, int group) {
-  const std::string block = layer + std::string(moe_block_name(c)) + ".";
+  const MoeNames names = moe_names(c);
+  const std::string block = layer + std::string(names.block) + ".";
   const std::int64_t h = c.hidden_size, i = c.moe_intermediate_size, e = c.num_experts;
-  const bool mixtral = c.architecture == architectures::kMixtral;
-  const char* gate = mixtral ? "w1" : "gate_proj";
-  const char* up = mixtral ? "w3" : "up_proj";
-  const char* down = mixtral ? "w2" : "down_proj";
   m.add_plain(block + "gate.weight", {e, h}, group);
   // Not int8-quantized: the store's int8 scales are per row of a 2-D weight.
   std::size_t w13 = m.add_param(block + "experts.w13_weight", {e, 2 * i, h}, group, false);
   std::size_t w2 = m.add_param(block + "experts.w2_weight", {e, h, i}, group, false);
   for (std::int64_t x = 0; x < e; ++x) {
     const std::string expert = block + "experts." + std::to_string(x) + ".";
-    m.add_slot(expert + gate + ".weight", {i, h}, w13, x * 2 * i);
-    m.add_slot(expert + up + ".weight", {i, h}, w13, x * 2 * i + i);
-    m.add_slot(expert + down + ".weight", {h, i}, w2, x * h);
+    m.add_slot(expert + std::string(names.gate) + ".weight", {i, h}, w13, x * 2 * i);
+    m.add_slot(expert + std::string(names.up) + ".weight", {i, h}, w13, x * 2 * i + i);
+    m.add_slot(expert + std::string(names.down) + ".weight", {h, i}, w2, x * h);
   }
 }
 
 }  // namespace
 
-std::string_view moe_block_name(const ModelConfig& config) {
-  return config.architecture == architectures::kMixtral ? "block_sparse_moe" : "mlp";
+MoeNames moe_names(const ModelConfig& config) {
+  if (config.architecture == architectures::kMixtral) {
+    return {"block_sparse_moe", "w1", "w3", "w2"};
+  }
+  return {"mlp", "gate_proj", "up_proj", "down_proj"};
 }
 
 WeightMapping llama_weight_mapping(const ModelConfig& c) {

@@ -28,9 +28,13 @@ inline constexpr std::string_view kQwen3Moe = "Qwen3MoeForCausalLM";
 inline constexpr std::string_view kMixtral = "MixtralForCausalLM";
 }  // namespace architectures
 
-// Where a sparse layer's router and experts live, as vLLM and the checkpoints name it:
-// "block_sparse_moe" for Mixtral, "mlp" for Qwen3-MoE.
-std::string_view moe_block_name(const ModelConfig& config);
+// How checkpoints and vLLM name a sparse layer's parts: the block holding the router and the
+// experts, and each expert's gate, up and down projections.
+struct MoeNames {
+  std::string_view block, gate, up, down;
+};
+// Mixtral: block_sparse_moe with w1, w3, w2; Qwen3-MoE: mlp with gate_proj, up_proj, down_proj.
+MoeNames moe_names(const ModelConfig& config);
 
 // Adds the four architectures to `registry`.
 void register_llama_family(ArchitectureRegistry& registry);

@@ -99,7 +99,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::string p = "model.layers." + std::to_string(i) + ".";
     const bool moe = config_.is_moe_layer(i);
-    const std::string block = p + std::string(moe_block_name(config_)) + ".";
+    const std::string block = p + std::string(moe_names(config_).block) + ".";
     layers_.push_back(LayerParams{
         index(p + "input_layernorm.weight"),
         index(p + "self_attn.qkv_proj.weight"),
