@@ -3,6 +3,7 @@
 #include "protocol/base64.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/json_fields.hpp"
+#include "protocol/sender_ranks.hpp"
 
 namespace hotswap::protocol {
 namespace {
@@ -115,7 +116,7 @@ PackingParams NcclUpdateInfo::packing(const PackingParams& handshake) const {
 NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
   JsonFields fields(object, kUpdateType,
                     {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
-                     "packed_num_buffers", "is_checkpoint_format"});
+                     "packed_num_buffers", "is_checkpoint_format", kSenderRanksField});
   // vLLM 0.33 defaults each list to empty: all three empty means "the previous round's
   // metadata" (the trainer sends that when nothing changed; the engine keeps the last lists).
   std::vector<std::string> names, dtype_names;
@@ -128,6 +129,7 @@ NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
   info.packed_buffer_size_bytes = fields.optional_int("packed_buffer_size_bytes");
   info.packed_num_buffers = fields.optional_int("packed_num_buffers");
   (void)fields.optional_bool("is_checkpoint_format");  // E1: accepted, checked, ignored
+  info.sender_ranks = read_sender_ranks(fields, names.size());
   fields.finish();
   info.params = params_from_lists(kUpdateType, names, dtype_names, shapes);
   check_packing_geometry(kUpdateType, info.packed_buffer_size_bytes, info.packed_num_buffers);
@@ -137,6 +139,7 @@ NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
 nlohmann::json NcclUpdateInfo::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   write_param_lists(params, out);
+  write_sender_ranks(sender_ranks, out);
   if (packed) out["packed"] = *packed;
   if (packed_buffer_size_bytes) out["packed_buffer_size_bytes"] = *packed_buffer_size_bytes;
   if (packed_num_buffers) out["packed_num_buffers"] = *packed_num_buffers;

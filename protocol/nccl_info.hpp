@@ -51,6 +51,9 @@ struct NcclUpdateInfo {
   // Empty (every list empty or absent): reuse the previous round's metadata, as vLLM 0.33's
   // worker does; before any round, a round of no parameters.
   std::vector<ParamMeta> params;
+  // hotswap's extension: the trainer rank that sends each parameter (protocol/sender_ranks.hpp);
+  // empty means rank 0 sends everything, as with vLLM's trainers.
+  std::vector<std::int64_t> sender_ranks;
   // E1 per-round packing params; unset means "as agreed at the handshake".
   std::optional<bool> packed;
   std::optional<std::int64_t> packed_buffer_size_bytes;

@@ -18,6 +18,8 @@ namespace hotswap::protocol {
 struct SparseNcclUpdateInfo {
   std::vector<ParamMeta> params;  // dtype of the values, full checkpoint shape
   std::vector<std::int64_t> num_updates_list;
+  // hotswap's extension: the trainer rank that sends each parameter (protocol/sender_ranks.hpp).
+  std::vector<std::int64_t> sender_ranks;
 
   static SparseNcclUpdateInfo from_json(const nlohmann::json& object);
   nlohmann::json to_json() const;

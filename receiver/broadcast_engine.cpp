@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include "protocol/chunk_plan.hpp"
+#include "protocol/sender_ranks.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -27,8 +28,10 @@ void BroadcastWeightTransferEngine::init_transfer_channel(const protocol::NcclIn
   communicator_.reset();
   buffers_.clear();
   last_params_.clear();
+  last_senders_.clear();
   communicator_ = factory_(info, rank, context().timeout);
   packing_ = info.packing;
+  trainer_ranks_ = info.rank_offset;
 }
 
 void BroadcastWeightTransferEngine::start_weight_update() {
@@ -53,13 +56,18 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
   }
   auto packing = update_info.packing(packing_);
   // vLLM 0.33's trainer sends empty lists when the metadata is the previous round's.
-  if (!update_info.params.empty()) last_params_ = update_info.params;
-  const auto& params = update_info.params.empty() ? last_params_ : update_info.params;
+  if (!update_info.params.empty()) {
+    protocol::check_sender_ranks(update_info.sender_ranks, trainer_ranks_);
+    last_params_ = update_info.params;
+    last_senders_ = update_info.sender_ranks;
+  }
+  const auto& params = last_params_;
+  const auto& senders = last_senders_;
   try {
     if (packing.packed) {
-      receive_packed(params, packing);
+      receive_packed(params, senders, packing);
     } else {
-      receive_unpacked(params);
+      receive_unpacked(params, senders);
     }
   } catch (const protocol::Error& e) {
     // A collective that failed part-way leaves the group out of step: tear it down so the next
@@ -72,18 +80,20 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
   }
 }
 
-void BroadcastWeightTransferEngine::receive_unpacked(
-    const std::vector<protocol::ParamMeta>& params) {
-  for (const auto& p : params) {
+void BroadcastWeightTransferEngine::receive_unpacked(const std::vector<protocol::ParamMeta>& params,
+                                                     const std::vector<std::int64_t>& senders) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    const int root = static_cast<int>(protocol::sender_of(senders, i));
     const auto type = transport::to_scalar_type(p.dtype);
     // Straight into the model's staged copy where it can take the bytes as they are: no
     // receive buffer, no second copy. Otherwise a buffer, and the model converts on load.
     if (auto destination = model().destination_for(p.name, type, p.shape)) {
-      communicator_->broadcast(*destination, 0, context().timeout);
+      communicator_->broadcast(*destination, root, context().timeout);
       model().mark_received(p.name);
     } else {
       at::Tensor tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
-      communicator_->broadcast(tensor, 0, context().timeout);
+      communicator_->broadcast(tensor, root, context().timeout);
       model().load_weights({{p.name, tensor}});
     }
     add_bytes_received(p.nbytes());
@@ -91,9 +101,10 @@ void BroadcastWeightTransferEngine::receive_unpacked(
 }
 
 void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::ParamMeta>& params,
+                                                   const std::vector<std::int64_t>& senders,
                                                    const protocol::PackingParams& packing) {
   auto plan = protocol::plan_nccl_chunks(
-      params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes));
+      params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes), senders);
   const auto ring = static_cast<std::size_t>(packing.packed_num_buffers);
   if (buffers_.size() != ring) buffers_.assign(ring, at::Tensor());
   for (std::size_t c = 0; c < plan.size(); ++c) {
@@ -106,7 +117,7 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
                          at::TensorOptions().dtype(at::kByte).device(device()));
     }
     at::Tensor received = buffer.narrow(0, 0, bytes);
-    communicator_->broadcast(received, 0, context().timeout);
+    communicator_->broadcast(received, static_cast<int>(chunk.sender_rank), context().timeout);
 
     std::vector<model_loader::NamedTensor> weights;
     weights.reserve(chunk.slices.size());

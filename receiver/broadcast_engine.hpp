@@ -3,6 +3,8 @@
 // backend with an NCCL one, so the sequencing exists once.
 //
 // Unpacked: one broadcast per parameter, in update_info order, each loaded as it lands.
+// Each parameter (or chunk) comes from the trainer rank `sender_ranks` names, rank 0 when the
+// trainer does not say (protocol/sender_ranks.hpp).
 // Packed: uint8 chunks cut by vLLM's chunk rule from the round's metadata alone, received into
 // `packed_num_buffers` reusable buffers; slices whose offset is misaligned for their dtype are
 // copied out, the rest are views. A failure mid-transfer leaves the group unusable: it is torn
@@ -40,16 +42,20 @@ class BroadcastWeightTransferEngine
   void receive_weights(const protocol::NcclUpdateInfo& update_info) override;
 
  private:
-  void receive_unpacked(const std::vector<protocol::ParamMeta>& params);
+  void receive_unpacked(const std::vector<protocol::ParamMeta>& params,
+                        const std::vector<std::int64_t>& senders);
   void receive_packed(const std::vector<protocol::ParamMeta>& params,
+                      const std::vector<std::int64_t>& senders,
                       const protocol::PackingParams& packing);
 
   std::string name_;
   CommunicatorFactory factory_;
   std::unique_ptr<transport::Communicator> communicator_;
   protocol::PackingParams packing_;               // from the handshake
+  std::int64_t trainer_ranks_ = 1;                // the handshake's rank_offset
   std::vector<at::Tensor> buffers_;               // packed receive buffers, reused across rounds
   std::vector<protocol::ParamMeta> last_params_;  // for a round that sends empty lists
+  std::vector<std::int64_t> last_senders_;
 };
 
 // Opens a GlooCommunicator for a worker rank (a ValueError for unique-id rendezvous).

@@ -29,20 +29,16 @@ void require_gpu(const EngineContext& context, const char* backend) {
 BroadcastWeightTransferEngine::CommunicatorFactory nccl_communicator_factory(c10::Device device) {
   return [device](const protocol::NcclInitInfo& info, int rank,
                   std::chrono::milliseconds timeout) -> std::unique_ptr<transport::Communicator> {
-    transport::NcclUniqueId id{};
-    std::unique_ptr<transport::RendezvousStore> store;
-    if (info.uses_unique_id()) {
-      std::copy(info.nccl_unique_id.begin(), info.nccl_unique_id.end(), id.begin());
-    } else {
-      store = std::make_unique<transport::RendezvousStore>(
+    if (!info.uses_unique_id()) {
+      return transport::join_nccl_group_through_store(
           transport::Rendezvous{*info.master_address, static_cast<int>(*info.master_port), rank,
-                                static_cast<int>(info.world_size), timeout});
-      id = transport::unique_id_from_pickle(store->get(transport::stateless_broadcast_key(0, 0)));
+                                static_cast<int>(info.world_size), timeout},
+          transport::cuda_index(device));
     }
-    return std::make_unique<transport::NcclCommunicator>(
-        transport::NcclSetup{id, rank, static_cast<int>(info.world_size),
-                             transport::cuda_index(device), timeout},
-        std::move(store));
+    transport::NcclUniqueId id{};
+    std::copy(info.nccl_unique_id.begin(), info.nccl_unique_id.end(), id.begin());
+    return std::make_unique<transport::NcclCommunicator>(transport::NcclSetup{
+        id, rank, static_cast<int>(info.world_size), transport::cuda_index(device), timeout});
   };
 }
 

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "protocol/sender_ranks.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
@@ -24,6 +25,7 @@ void SparseBroadcastWeightTransferEngine::init_transfer_channel(
   }
   shutdown();
   communicator_ = factory_(info, rank, context().timeout);
+  trainer_ranks_ = info.rank_offset;
 }
 
 void SparseBroadcastWeightTransferEngine::shutdown() {
@@ -46,6 +48,7 @@ void SparseBroadcastWeightTransferEngine::receive_weights(
                                  std::string(protocol::dtype_name(p.dtype)));
     }
   }
+  protocol::check_sender_ranks(update_info.sender_ranks, trainer_ranks_);
   std::vector<model_loader::WeightPatch> patches;
   try {
     for (std::size_t i = 0; i < update_info.params.size(); ++i) {
@@ -54,8 +57,9 @@ void SparseBroadcastWeightTransferEngine::receive_weights(
       auto options = at::TensorOptions().device(device());
       at::Tensor indices = at::empty({n}, options.dtype(at::kInt));
       at::Tensor values = at::empty({n}, options.dtype(transport::to_scalar_type(p.dtype)));
-      communicator_->broadcast(indices, 0, context().timeout);
-      communicator_->broadcast(values, 0, context().timeout);
+      const int root = static_cast<int>(protocol::sender_of(update_info.sender_ranks, i));
+      communicator_->broadcast(indices, root, context().timeout);
+      communicator_->broadcast(values, root, context().timeout);
       patches.push_back({p.name, indices, values});
       add_bytes_received(static_cast<std::uint64_t>(indices.nbytes() + values.nbytes()));
     }

@@ -3,26 +3,22 @@
 #include <ATen/ops/empty.h>
 
 #include "protocol/chunk_plan.hpp"
+#include "protocol/sender_ranks.hpp"
 #include "trainer_sdk/async_call.hpp"
+#include "trainer_sdk/rank_holdings.hpp"
 #include "trainer_sdk/round_hook.hpp"
+#include "transport/exception_text.hpp"
 #include "transport/gloo_communicator.hpp"
+#include "transport/rendezvous_store.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::trainer_sdk {
-namespace {
-
-std::string describe(const std::string& name, const std::string& dtype,
-                     const std::vector<std::int64_t>& shape) {
-  return "'" + name + "' " + dtype + " " + protocol::shape_to_string(shape);
-}
-
-}  // namespace
 
 protocol::NcclInitInfo BroadcastTransferParams::worker_init_info() const {
   protocol::NcclInitInfo info;
   info.master_address = master_address;
   info.master_port = master_port;
-  info.rank_offset = 1;
+  info.rank_offset = trainer_ranks;
   info.world_size = world_size;
   info.packing = protocol::PackingParams{packed, packed_buffer_size_bytes, packed_num_buffers};
   return info;
@@ -34,60 +30,13 @@ void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::
       .copy_(tensor.contiguous().view({-1}).view(at::kByte));
 }
 
-at::Tensor CheckedStream::next() {
-  auto item = stream_->next();
-  if (!item) {
-    throw protocol::ValueError("WeightSource yielded " + std::to_string(sent_) +
-                               " parameters but metadata declared " + std::to_string(meta_.size()) +
-                               "; the worker is waiting for the rest.");
-  }
-  if (sent_ >= meta_.size()) {
-    throw protocol::ValueError("WeightSource yielded more parameters than metadata declared (" +
-                               std::to_string(meta_.size()) + "); first extra is '" + item->name +
-                               "'.");
-  }
-  const auto& expected = meta_[sent_];
-  if (!item->held()) {
-    throw protocol::ValueError("WeightSource yielded no tensor for '" + item->name +
-                               "' on the sender, which must hold every parameter");
-  }
-  const at::Tensor& t = item->tensor;
-  bool same_dtype = false;
-  try {
-    same_dtype = transport::from_scalar_type(t.scalar_type()) == expected.dtype;
-  } catch (const protocol::ValueError&) {
-  }
-  if (item->name != expected.name || !same_dtype || t.sizes().vec() != expected.shape) {
-    throw protocol::ValueError(
-        "WeightSource metadata disagrees with iteration at index " + std::to_string(sent_) +
-        ": declared " +
-        describe(expected.name, std::string(protocol::dtype_name(expected.dtype)), expected.shape) +
-        ", got " + describe(item->name, c10::toString(t.scalar_type()), t.sizes().vec()) +
-        ". Both channels must enumerate the same parameters in the same order.");
-  }
-  ++sent_;
-  return t.to(device_).contiguous();
-}
-
-void CheckedStream::finish() {
-  if (sent_ != meta_.size()) {
-    throw protocol::ValueError("WeightSource yielded " + std::to_string(sent_) +
-                               " parameters but metadata declared " + std::to_string(meta_.size()) +
-                               "; the worker is waiting for the rest.");
-  }
-  if (auto extra = stream_->next()) {
-    throw protocol::ValueError("WeightSource yielded more parameters than metadata declared (" +
-                               std::to_string(meta_.size()) + "); first extra is '" + extra->name +
-                               "'.");
-  }
-}
-
 BroadcastTrainerEngine::BroadcastTrainerEngine(std::shared_ptr<WeightSyncClient> client,
                                                std::shared_ptr<WeightSource> source,
-                                               const BroadcastTransferParams& params,
-                                               bool is_sender, SenderGroup group)
-    : TrainerWeightTransferEngine(std::move(client), std::move(source), is_sender),
+                                               const BroadcastTransferParams& params, int rank,
+                                               SenderGroup group)
+    : TrainerWeightTransferEngine(std::move(client), std::move(source), rank == 0),
       info_(params),
+      rank_(rank),
       group_(group) {}
 
 template <class Engine>
@@ -101,14 +50,36 @@ std::unique_ptr<Engine> BroadcastTrainerEngine::open(const TrainerInitInfo& info
         std::string(group.kind == SenderGroup::Kind::kGloo ? "Gloo" : "NCCL") +
         " trainer weight transfer requires a WeightSource.");
   }
-  if (params.world_size < 2) {
-    throw protocol::ValueError("world_size must count this trainer and at least one worker, got " +
+  if (params.trainer_ranks < 1) {
+    throw protocol::ValueError("trainer_ranks must be at least 1, got " +
+                               std::to_string(params.trainer_ranks));
+  }
+  if (params.world_size < params.trainer_ranks + 1) {
+    throw protocol::ValueError("world_size must count the " + std::to_string(params.trainer_ranks) +
+                               " trainer rank(s) and at least one worker, got " +
                                std::to_string(params.world_size));
   }
-  auto engine = std::make_unique<Engine>(client, source, params, info.is_sender(), group);
-  if (!engine->is_sender()) return engine;  // only rank 0 joins the transfer group
+  if (params.trainer_ranks > 1 && group.nccl_unique_id) {
+    throw protocol::ValueError(
+        "several sending trainer ranks meet through rank 0's TCPStore (master_address, "
+        "master_port); NCCL's unique-id rendezvous has none: turn use_unique_id off");
+  }
+  if (params.trainer_ranks > 1 && (info.rank < 0 || info.rank >= params.trainer_ranks)) {
+    throw protocol::ValueError("trainer rank " + std::to_string(info.rank) +
+                               " is outside trainer_ranks " + std::to_string(params.trainer_ranks));
+  }
+  auto engine = std::make_unique<Engine>(client, source, params, info.rank, group);
+  if (params.trainer_ranks == 1) {
+    if (!engine->is_sender()) return engine;  // only rank 0 joins the transfer group
+    engine->communicator_ =
+        open_group_as_sender(client, params.worker_init_info(), group, params.timeout);
+    return engine;
+  }
   engine->communicator_ =
-      open_group_as_sender(client, params.worker_init_info(), group, params.timeout);
+      engine->is_sender()
+          ? open_group_as_sender(client, params.worker_init_info(), group, params.timeout)
+          : open_group_as_member(params.worker_init_info(), info.rank, group, params.timeout);
+  engine->agree_on_senders();
   return engine;
 }
 
@@ -129,15 +100,37 @@ std::unique_ptr<NcclTrainerEngine> NcclTrainerEngine::trainer_init(
 void BroadcastTrainerEngine::send_weights() {
   WeightSource& src = *source();
   auto meta = src.metadata();  // every rank: it may be a collective
-  if (!is_sender()) {
+  if (!many_senders() && !is_sender()) {
     iterate_without_sending();
     return;
   }
   if (!communicator_) {
     throw protocol::RuntimeError("the transfer group is closed; call trainer_init again");
   }
+  if (many_senders()) {
+    ++round_;
+    if (meta != layout_) {
+      fail_round("metadata() on trainer rank " + std::to_string(rank_) +
+                 " changed since trainer_init");
+      throw protocol::ValueError(
+          "metadata() on trainer rank " + std::to_string(rank_) +
+          " changed since trainer_init, where the ranks agreed who sends what; call trainer_init "
+          "again on every rank");
+    }
+    if (is_sender()) {
+      send_as_rank_zero(meta);
+    } else {
+      send_as_other_rank();
+    }
+    return;
+  }
+  drive_round(meta);
+}
+
+void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>& meta) {
   nlohmann::json update_info = nlohmann::json::object();
   protocol::write_param_lists(meta, update_info);
+  if (many_senders()) protocol::write_sender_ranks(senders_, update_info);
   client().start_weight_update();
   reach(RoundPoint::kStarted);
   auto shared_client = client_shared();
@@ -148,6 +141,12 @@ void BroadcastTrainerEngine::send_weights() {
     transmit(meta);
   } catch (...) {
     // Never wait for the update call here: the worker is blocked in the matching collective.
+    // With many senders, a peer that failed first broke the group: its account is the cause
+    // (and send_as_rank_zero tears the group down, after telling the other ranks).
+    if (many_senders()) {
+      if (auto cause = peer_failure()) throw protocol::TransferError(*cause);
+      throw;
+    }
     communicator_->abort();
     communicator_.reset();
     throw;
@@ -157,19 +156,148 @@ void BroadcastTrainerEngine::send_weights() {
   client().finish_weight_update(round_version());
 }
 
+std::string BroadcastTrainerEngine::round_key(const std::string& what) const {
+  return "hotswap/round/" + std::to_string(round_) + "/" + what;
+}
+
+void BroadcastTrainerEngine::agree_on_senders() {
+  transport::RendezvousStore* store = communicator_->store();
+  const std::string verdict_key = "hotswap/senders";
+  try {
+    if (store == nullptr) {
+      throw protocol::RuntimeError("several sending trainer ranks need the group's TCPStore");
+    }
+    WeightSource& src = *source();
+    RankHoldings mine;
+    mine.metadata = src.metadata();
+    if (auto held = src.held_names()) mine.held.emplace(held->begin(), held->end());
+    store->set("hotswap/holdings/" + std::to_string(rank_), mine.to_json().dump());
+    if (is_sender()) {
+      std::vector<RankHoldings> all{mine};
+      for (int r = 1; r < info_.trainer_ranks; ++r) {
+        all.push_back(RankHoldings::from_json(
+            nlohmann::json::parse(store->get("hotswap/holdings/" + std::to_string(r)))));
+      }
+      try {
+        senders_ = assign_senders(all);
+      } catch (const protocol::ValueError& e) {
+        store->set(verdict_key, nlohmann::json{{"error", e.what()}}.dump());
+        // Keep the store up until every rank has read why, so all of them raise the same error.
+        for (int r = 1; r < info_.trainer_ranks; ++r) {
+          try {
+            store->get(
+                verdict_key + "/read/" + std::to_string(r),
+                std::min<std::chrono::milliseconds>(info_.timeout, std::chrono::seconds(10)));
+          } catch (const protocol::Error&) {
+          }
+        }
+        throw;
+      }
+      store->set(verdict_key, nlohmann::json{{"sender_ranks", senders_}}.dump());
+    } else {
+      auto verdict = nlohmann::json::parse(store->get(verdict_key));
+      store->set(verdict_key + "/read/" + std::to_string(rank_), "1");
+      if (verdict.contains("error")) {
+        throw protocol::ValueError(verdict["error"].get<std::string>());
+      }
+      senders_ = verdict.at("sender_ranks").get<std::vector<std::int64_t>>();
+    }
+    layout_ = std::move(mine.metadata);
+    share_ = RankShare::of(rank_, layout_, senders_, src.groups());
+  } catch (...) {
+    communicator_->abort();
+    communicator_.reset();
+    throw;
+  }
+}
+
+void BroadcastTrainerEngine::fail_round(const std::string& cause) {
+  if (!communicator_) return;
+  if (auto* store = communicator_->store()) {
+    try {
+      store->set(is_sender() ? round_key("outcome") : round_key("failed/" + std::to_string(rank_)),
+                 is_sender() ? "failed: " + cause : cause);
+    } catch (const protocol::Error&) {
+      // The store went with rank 0: the peers learn of the failure from the broken group.
+    }
+  }
+  communicator_->abort();
+  communicator_.reset();
+}
+
+std::optional<std::string> BroadcastTrainerEngine::peer_failure() const {
+  auto* store = communicator_ ? communicator_->store() : nullptr;
+  if (store == nullptr) return std::nullopt;
+  for (int r = 1; r < info_.trainer_ranks; ++r) {
+    if (auto cause = store->try_get(round_key("failed/" + std::to_string(r)))) {
+      return "trainer rank " + std::to_string(r) + " failed round " + std::to_string(round_) +
+             ": " + *cause;
+    }
+  }
+  return std::nullopt;
+}
+
+void BroadcastTrainerEngine::send_as_rank_zero(const std::vector<protocol::ParamMeta>& meta) {
+  try {
+    drive_round(meta);
+  } catch (const std::exception& e) {
+    fail_round(transport::one_line_cause(e));
+    throw;
+  }
+  communicator_->store()->set(round_key("outcome"), "ok");
+}
+
+void BroadcastTrainerEngine::send_as_other_rank() {
+  try {
+    transmit(layout_);
+  } catch (const std::exception& e) {
+    fail_round(transport::one_line_cause(e));
+    throw;
+  }
+  // Return once the round is committed (or not): rank 0 says which.
+  std::string outcome;
+  try {
+    outcome = communicator_->store()->get(round_key("outcome"));
+  } catch (const std::exception&) {
+    communicator_->abort();
+    communicator_.reset();
+    throw;
+  }
+  if (outcome != "ok") {
+    communicator_->abort();
+    communicator_.reset();
+    throw protocol::RuntimeError("trainer rank 0 " + outcome.substr(0, outcome.find(':')) +
+                                 " round " + std::to_string(round_) + ":" +
+                                 outcome.substr(outcome.find(':') + 1));
+  }
+}
+
+at::Tensor BroadcastTrainerEngine::scratch(const protocol::ParamMeta& meta) {
+  const auto n = static_cast<std::int64_t>(meta.nbytes());
+  if (!scratch_.defined() || scratch_.numel() < n) {
+    scratch_ = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(group_.tensor_device()));
+  }
+  // Typed as the root's tensor: NCCL needs the same count and datatype on every rank.
+  return scratch_.narrow(0, 0, n).view(transport::to_scalar_type(meta.dtype));
+}
+
 void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& meta) {
-  CheckedStream stream(source()->iter(), meta, group_.tensor_device());
+  CheckedStream stream(source()->iter(), meta, group_.tensor_device(), share_);
+  const std::vector<std::int64_t> all_from_rank_zero;
+  const auto& senders = many_senders() ? senders_ : all_from_rank_zero;
   if (!info_.packed) {
     for (std::size_t i = 0; i < meta.size(); ++i) {
-      at::Tensor t = stream.next();
-      communicator_->broadcast(t, 0, info_.timeout);
-      if (i == 0) reach(RoundPoint::kMidUpdate);
+      const int root = static_cast<int>(protocol::sender_of(senders, i));
+      at::Tensor t = stream.take(i);
+      if (root != rank_) t = scratch(meta[i]);
+      communicator_->broadcast(t, root, info_.timeout);
+      if (i == 0 && is_sender()) reach(RoundPoint::kMidUpdate);
     }
     stream.finish();
     return;
   }
-  auto plan =
-      protocol::plan_nccl_chunks(meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
+  auto plan = protocol::plan_nccl_chunks(
+      meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes), senders);
   at::Tensor buffer;
   for (const auto& chunk : plan) {
     const auto bytes = static_cast<std::int64_t>(chunk.size_bytes);
@@ -178,10 +306,13 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
                          at::TensorOptions().dtype(at::kByte).device(group_.tensor_device()));
     }
     at::Tensor send = buffer.narrow(0, 0, bytes);
-    for (const auto& slice : chunk.slices)
-      pack_slice(send, slice, stream.next());
-    communicator_->broadcast(send, 0, info_.timeout);
-    if (&chunk == &plan.front()) reach(RoundPoint::kMidUpdate);
+    const bool mine = chunk.sender_rank == rank_;
+    for (const auto& slice : chunk.slices) {
+      at::Tensor t = stream.take(slice.param_index);
+      if (mine) pack_slice(send, slice, t);
+    }
+    communicator_->broadcast(send, static_cast<int>(chunk.sender_rank), info_.timeout);
+    if (&chunk == &plan.front() && is_sender()) reach(RoundPoint::kMidUpdate);
   }
   stream.finish();
 }

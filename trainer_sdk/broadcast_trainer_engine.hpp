@@ -8,12 +8,29 @@
 //    a broadcast fails, raise at once without waiting for the update call (the worker is blocked
 //    in the matching collective); iteration is checked against metadata with vLLM's messages;
 //  - non-sender ranks never touch the client but still read metadata and iterate the source.
+//
+// With `trainer_ranks` > 1 every trainer rank joins the group and sends what it holds:
+//  - trainer_init, on every rank: rank 0 ships the workers' init (rank_offset trainer_ranks) and
+//    hosts the TCPStore, the others join it; then each rank posts its metadata() and
+//    held_names() to the store, and rank 0 checks them (a disagreeing metadata, an orphaned
+//    name: a ValueError with the seeds' wording, raised on every rank) and posts who sends what;
+//  - send_weights, on every rank: each walks the metadata in order, advancing its own source
+//    through the names its groups() cover, and joins every broadcast: as the root for what it
+//    sends, into a scratch buffer otherwise. Rank 0 drives the four calls with `sender_ranks`
+//    in update_info, then posts the round's outcome; the other ranks return only when it says
+//    the round committed, so a rank may verify what it sent as soon as send_weights returns.
+//  - A rank that fails posts why and aborts its end of the group, so the peers blocked in a
+//    collective fail at once instead of waiting out the timeout; rank 0 reports the first
+//    cause it finds.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "protocol/chunk_plan.hpp"
+#include "trainer_sdk/checked_stream.hpp"
 #include "trainer_sdk/gloo_trainer_init_info.hpp"
 #include "trainer_sdk/sender_group.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
@@ -34,7 +51,9 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
 
   BroadcastTrainerEngine(std::shared_ptr<WeightSyncClient> client,
                          std::shared_ptr<WeightSource> source,
-                         const BroadcastTransferParams& params, bool is_sender, SenderGroup group);
+                         const BroadcastTransferParams& params, int rank, SenderGroup group);
+
+  bool sends_weights() const override { return is_sender() || many_senders(); }
 
  protected:
   // Checks the params, builds the engine and, on the sender, opens the group.
@@ -45,11 +64,34 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
                                       std::shared_ptr<WeightSource> source);
 
  private:
+  bool many_senders() const { return info_.trainer_ranks > 1; }
+  // Many senders, at init: every rank posts its holdings; rank 0 assigns the senders.
+  void agree_on_senders();
+  // Rank 0's round: start, update_weights alongside the transmit, finish.
+  void drive_round(const std::vector<protocol::ParamMeta>& meta);
+  void send_as_rank_zero(const std::vector<protocol::ParamMeta>& meta);
+  void send_as_other_rank();
+  // Where this rank receives a parameter another rank sends (reused, grown as needed).
+  at::Tensor scratch(const protocol::ParamMeta& meta);
   void transmit(const std::vector<protocol::ParamMeta>& meta);
+  // Many senders: this round's failure, posted for the other ranks, then the group torn down.
+  void fail_round(const std::string& cause);
+  // Many senders, rank 0: a better diagnosis than its own broken collective, if a peer posted
+  // why it failed this round.
+  std::optional<std::string> peer_failure() const;
+  std::string round_key(const std::string& what) const;
 
   BroadcastTransferParams info_;
+  int rank_;
   SenderGroup group_;
   std::unique_ptr<transport::Communicator> communicator_;
+  // Many senders: the metadata agreed at init, who sends each of its parameters, and rounds so
+  // far (the store keys of a round carry its number).
+  std::vector<protocol::ParamMeta> layout_;
+  std::vector<std::int64_t> senders_;
+  std::uint64_t round_ = 0;
+  std::optional<RankShare> share_;  // many senders: what this rank's pass visits and sends
+  at::Tensor scratch_;              // where a rank receives what others send
 };
 
 // The `nccl` backend's trainer side: BroadcastTrainerEngine from a GPU, over NCCL, with either
@@ -67,27 +109,5 @@ class NcclTrainerEngine final : public BroadcastTrainerEngine {
 // Writes `tensor`'s bytes into `chunk` (a uint8 buffer) where `slice` places them: vLLM's packed
 // layout, plain concatenation with no padding.
 void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::Tensor& tensor);
-
-// One pass of a source checked, element by element, against the metadata the worker was sent
-// (vLLM's `_checked_iter`): a disagreement would make the two sides cut the stream differently,
-// so it is a ValueError naming the first divergent parameter, before it is sent.
-class CheckedStream {
- public:
-  CheckedStream(std::unique_ptr<WeightStream> stream, const std::vector<protocol::ParamMeta>& meta,
-                c10::Device device = c10::Device(c10::kCPU))
-      : stream_(std::move(stream)), meta_(meta), device_(device) {}
-  // The next tensor, contiguous, on the stream's device.
-  at::Tensor next();
-  // After the last tensor: the source must have ended too.
-  void finish();
-  // How many tensors next() has returned: the metadata index of the next one.
-  std::size_t position() const { return sent_; }
-
- private:
-  std::unique_ptr<WeightStream> stream_;
-  const std::vector<protocol::ParamMeta>& meta_;
-  c10::Device device_;
-  std::size_t sent_ = 0;
-};
 
 }  // namespace hotswap::trainer_sdk

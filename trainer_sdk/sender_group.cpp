@@ -59,4 +59,19 @@ std::unique_ptr<transport::Communicator> open_group_as_sender(
   return communicator;
 }
 
+std::unique_ptr<transport::Communicator> open_group_as_member(
+    const protocol::NcclInitInfo& worker_init_info, int rank, const SenderGroup& group,
+    std::chrono::milliseconds timeout) {
+  if (group.kind == SenderGroup::Kind::kNccl && group.nccl_unique_id) {
+    throw protocol::ValueError("NCCL's unique-id rendezvous has no store for other ranks to meet");
+  }
+  const transport::Rendezvous rendezvous{*worker_init_info.master_address,
+                                         static_cast<int>(*worker_init_info.master_port), rank,
+                                         static_cast<int>(worker_init_info.world_size), timeout};
+  if (group.kind == SenderGroup::Kind::kGloo) {
+    return std::make_unique<transport::GlooCommunicator>(rendezvous);
+  }
+  return transport::join_nccl_group_through_store(rendezvous, group.device);
+}
+
 }  // namespace hotswap::trainer_sdk

@@ -38,4 +38,11 @@ std::unique_ptr<transport::Communicator> open_group_as_sender(
     const std::shared_ptr<WeightSyncClient>& client, protocol::NcclInitInfo worker_init_info,
     const SenderGroup& group, std::chrono::milliseconds timeout);
 
+// A trainer rank other than 0, when every trainer rank joins the group (worker_init_info's
+// rank_offset counts them): it meets rank 0's TCPStore as the workers do, without a control
+// call. NCCL's unique-id mode has no store to meet at: a ValueError.
+std::unique_ptr<transport::Communicator> open_group_as_member(
+    const protocol::NcclInitInfo& worker_init_info, int rank, const SenderGroup& group,
+    std::chrono::milliseconds timeout);
+
 }  // namespace hotswap::trainer_sdk

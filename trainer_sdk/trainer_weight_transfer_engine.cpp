@@ -29,7 +29,7 @@ void TrainerWeightTransferEngine::push(const SendOptions& options) {
     throw;
   }
   round_version_.reset();
-  if (options.verify && is_sender() && source() != nullptr) {
+  if (options.verify && sends_weights() && source() != nullptr) {
     verify_against_source(client(), *source());
   }
 }

@@ -37,14 +37,18 @@ class TrainerWeightTransferEngine {
 
   // Pushes the source's weights and drives start → update(s) → finish. Called on every rank.
   virtual void send_weights() = 0;
-  // send_weights with options. With `verify`, the sender then fetches every worker's
-  // checkpoint-format checksums and compares them with SHA-256 digests of the source's
-  // tensors; a mismatch is a TransferError naming the worker and the tensors.
+  // send_weights with options. With `verify`, each rank that sends then fetches every worker's
+  // checkpoint-format checksums and compares them with SHA-256 digests of the tensors its
+  // source holds; a mismatch is a TransferError naming the worker and the tensors.
   void push(const SendOptions& options);
   // Tears down communicators and buffers. Default: nothing to tear down.
   virtual void shutdown() {}
 
+  // Rank 0: drives the control calls (and, with one sender, moves every byte).
   bool is_sender() const { return is_sender_; }
+  // Whether this rank moves bytes of a round, and so verifies what it holds after a push: the
+  // sender, or every rank when several trainer ranks send.
+  virtual bool sends_weights() const { return is_sender(); }
 
  protected:
   WeightSyncClient& client() const { return *client_; }

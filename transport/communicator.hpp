@@ -10,6 +10,8 @@
 
 namespace hotswap::transport {
 
+class RendezvousStore;
+
 class Communicator {
  public:
   virtual ~Communicator();
@@ -23,6 +25,10 @@ class Communicator {
   virtual void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) = 0;
   // Makes every blocked or later call fail promptly; the communicator is unusable afterwards.
   virtual void abort() = 0;
+  // The TCPStore the group met through, for the little the ranks of one side must tell each
+  // other outside the collectives (a trainer's ranks agreeing who sends what); nullptr when the
+  // group met without one (NCCL's unique-id mode); not to be used after abort().
+  virtual RendezvousStore* store() { return nullptr; }
 };
 
 }  // namespace hotswap::transport

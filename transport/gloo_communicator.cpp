@@ -135,6 +135,11 @@ void GlooCommunicator::all_reduce_sum(at::Tensor& tensor, std::chrono::milliseco
   wait(group->allreduce(tensors, options), timeout, "all-reduce");
 }
 
+RendezvousStore* GlooCommunicator::store() {
+  std::lock_guard lock(state_->mutex);
+  return state_->store.get();
+}
+
 void GlooCommunicator::abort() {
   // Gloo has no abort: dropping the group closes its pairs, so peers blocked on this rank see
   // their connections fail instead of waiting out their timeouts.

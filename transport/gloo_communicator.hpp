@@ -26,6 +26,7 @@ class GlooCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
   void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
   void abort() override;
+  RendezvousStore* store() override;
 
  private:
   struct State;

@@ -14,6 +14,16 @@
 
 namespace hotswap::transport {
 
+std::unique_ptr<NcclCommunicator> join_nccl_group_through_store(const Rendezvous& rendezvous,
+                                                                int device) {
+  if (!built_with_cuda()) throw_needs_gpu_build("NCCL communicators need");
+  auto store = std::make_unique<RendezvousStore>(rendezvous);
+  const NcclUniqueId id = unique_id_from_pickle(store->get(stateless_broadcast_key(0, 0)));
+  return std::make_unique<NcclCommunicator>(
+      NcclSetup{id, rendezvous.rank, rendezvous.world_size, device, rendezvous.timeout},
+      std::move(store));
+}
+
 #ifndef HOTSWAP_WITH_CUDA
 
 NcclUniqueId new_nccl_unique_id() {

@@ -51,6 +51,13 @@ NcclElements nccl_elements_of(const at::Tensor& tensor);
 // A fresh unique id (ncclGetUniqueId), what rank 0 of a group mints and shares.
 NcclUniqueId new_nccl_unique_id();
 
+class NcclCommunicator;
+
+// Joins a group in vLLM's TCP mode as a rank other than 0: registers with rank 0's TCPStore,
+// reads the unique id rank 0 stored under `broadcast_from/0/0`, and joins on `device`.
+std::unique_ptr<NcclCommunicator> join_nccl_group_through_store(const Rendezvous& rendezvous,
+                                                                int device);
+
 class NcclCommunicator final : public Communicator {
  public:
   // Joins the group (TransferError or TimeoutError on failure). `store`, when the rendezvous
@@ -65,6 +72,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
   void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
   void abort() override;
+  RendezvousStore* store() override { return store_.get(); }
 
  private:
   struct Handles;

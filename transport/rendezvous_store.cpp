@@ -63,13 +63,28 @@ void RendezvousStore::set(const std::string& key, std::string_view value) {
 }
 
 std::string RendezvousStore::get(const std::string& key) {
+  return get(key, rendezvous_.timeout);
+}
+
+std::string RendezvousStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   try {
+    store_->wait({key}, timeout);
     auto bytes = store_->get(key);
     return std::string(bytes.begin(), bytes.end());
   } catch (const std::exception& e) {
-    throw protocol::TimeoutError(
-        "'" + key + "' did not appear in the store at " + rendezvous_.describe() + " within " +
-        std::to_string(rendezvous_.timeout.count()) + " ms: " + one_line_cause(e));
+    throw protocol::TimeoutError("'" + key + "' did not appear in the store at " +
+                                 rendezvous_.describe() + " within " +
+                                 std::to_string(timeout.count()) + " ms: " + one_line_cause(e));
+  }
+}
+
+std::optional<std::string> RendezvousStore::try_get(const std::string& key) {
+  try {
+    if (!store_->check({key})) return std::nullopt;
+    auto bytes = store_->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const std::exception&) {
+    return std::nullopt;  // a store that is gone has nothing to tell
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -59,6 +60,10 @@ class RendezvousStore {
   void set(const std::string& key, std::string_view value);
   // Waits for `key` up to the rendezvous timeout (TimeoutError naming the key).
   std::string get(const std::string& key);
+  // The same with a wait of its own, for a step that must not take the whole timeout.
+  std::string get(const std::string& key, std::chrono::milliseconds timeout);
+  // The value of `key` if it is there now; never waits.
+  std::optional<std::string> try_get(const std::string& key);
 
  private:
   Rendezvous rendezvous_;

@@ -11,6 +11,7 @@
 #include "protocol/disk_info.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/ipc_info.hpp"
+#include "protocol/sender_ranks.hpp"
 #include "protocol/shm_info.hpp"
 #include "protocol/sparse_nccl_info.hpp"
 #include "protocol/weight_transfer_config.hpp"
@@ -67,6 +68,43 @@ BOOST_AUTO_TEST_CASE(sparse_update_info_uses_vllms_messages) {
   mismatch["dtype_names"] = {"float32"};
   HOTSWAP_CHECK_THROW_MSG(SparseNcclUpdateInfo::from_json(mismatch), ValueError,
                           "`dtype_names` should be of the same size as `names`: got 1 and 2");
+}
+
+BOOST_AUTO_TEST_CASE(sender_ranks_say_which_trainer_rank_sends_each_name) {
+  json nccl = {{"names", {"a", "b"}},
+               {"dtype_names", {"float32", "bfloat16"}},
+               {"shapes", {{4}, {30}}},
+               {"sender_ranks", {0, 1}}};
+  auto info = NcclUpdateInfo::from_json(nccl);
+  BOOST_TEST(info.sender_ranks == (std::vector<std::int64_t>{0, 1}));
+  BOOST_TEST(NcclUpdateInfo::from_json(info.to_json()).sender_ranks == info.sender_ranks);
+  // Absent, null or all rank 0: vLLM's layout, and nothing extra on the wire.
+  nccl.erase("sender_ranks");
+  BOOST_TEST(NcclUpdateInfo::from_json(nccl).sender_ranks.empty());
+  nccl["sender_ranks"] = nullptr;
+  BOOST_TEST(NcclUpdateInfo::from_json(nccl).sender_ranks.empty());
+  info.sender_ranks = {0, 0};
+  BOOST_TEST(!info.to_json().contains("sender_ranks"));
+
+  nccl["sender_ranks"] = {1};
+  HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json(nccl), ValueError,
+                          "`sender_ranks` should be of the same size as `names`: got 1 and 2");
+  nccl["sender_ranks"] = {0, -1};
+  HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json(nccl), ValueError,
+                          "`sender_ranks[1]` must be a trainer rank (0 or more), got -1");
+  nccl["sender_ranks"] = {0, "one"};
+  BOOST_CHECK_THROW(NcclUpdateInfo::from_json(nccl), ValueError);
+  // Only the trainer ranks (below rank_offset) send; that is checked once the group is known.
+  HOTSWAP_CHECK_THROW_MSG(check_sender_ranks({0, 2}, 2), ValueError,
+                          "`sender_ranks[1]` is 2, but the trainer ranks of this group are 0..1");
+  BOOST_CHECK_NO_THROW(check_sender_ranks({0, 1}, 2));
+
+  json with_senders = sparse({3, 0});
+  with_senders["sender_ranks"] = {1, 0};
+  auto patches = SparseNcclUpdateInfo::from_json(with_senders);
+  BOOST_TEST(patches.sender_ranks == (std::vector<std::int64_t>{1, 0}));
+  BOOST_TEST(SparseNcclUpdateInfo::from_json(patches.to_json()).sender_ranks ==
+             patches.sender_ranks);
 }
 
 BOOST_AUTO_TEST_CASE(ipc_unpacked_handles_parse_and_round_trip) {

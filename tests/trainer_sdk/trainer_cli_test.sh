@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# hotswap-trainer end to end against real workers: gloo into two workers, disk, sparse_gloo,
-# every round verified. Usage: trainer_cli_test.sh WORKER TRAINER MAKE_MODEL
+# hotswap-trainer end to end against real workers: gloo into two workers (one trainer rank, or
+# two that each send the experts or layers they hold), shm, disk, sparse_gloo, every round
+# verified. Usage: trainer_cli_test.sh WORKER TRAINER MAKE_MODEL
 set -euo pipefail
 worker=$1 trainer=$2 make=$3
 dir=$(mktemp -d)
@@ -11,9 +12,9 @@ trap cleanup EXIT
 "$make" --arch qwen3 --layers 2 --hidden-size 128 --intermediate-size 256 --heads 4 --kv-heads 2 \
   --head-dim 32 --vocab 512 --dtype bfloat16 --seed 3 --out "$dir/m" >/dev/null
 
-start() {  # start NAME BACKEND [extra worker args]: sets $endpoint
+start() {  # [model=DIR] start NAME BACKEND [extra worker args]: sets $endpoint
   local name=$1 backend=$2; shift 2
-  "$worker" --model "$dir/m" --control "tcp://127.0.0.1:*" --timeout 30 \
+  "$worker" --model "${model:-$dir/m}" --control "tcp://127.0.0.1:*" --timeout 30 \
     --weight-transfer-config "{\"backend\": \"$backend\"}" "$@" >"$dir/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 300); do grep -q "hotswap-worker ready" "$dir/$name.log" && break; sleep 0.1; done
@@ -35,6 +36,23 @@ wait "$rank1"
 echo "$out" | grep -q 'round 2/2: gloo .*verified'
 grep -q 'round 2/2: rank 1 joined the round' "$dir/rank1.out"
 
+# A mixture of experts pushed by two trainer processes, each holding half of every layer's
+# experts (then half of the layers): rank 0 starts rank 1, and each verifies what it holds.
+"$make" --arch qwen3_moe --layers 2 --hidden-size 64 --intermediate-size 128 --heads 4 --kv-heads 2 \
+  --head-dim 16 --vocab 256 --num-experts 8 --num-experts-per-tok 2 --moe-intermediate-size 32 \
+  --dtype bfloat16 --seed 5 --out "$dir/moe" >/dev/null
+model=$dir/moe start e0 gloo --data-parallel-rank 0 --data-parallel-size 2; e0=$endpoint
+model=$dir/moe start e1 gloo --data-parallel-rank 1 --data-parallel-size 2; e1=$endpoint
+out=$("$trainer" --workers "$e0,$e1" --backend gloo --source "$dir/moe" --rounds 2 --ranks 2 \
+  --shard experts --verify --buffer-size 16384)
+echo "$out" | grep -q 'round 2/2: gloo .* weight_version "round-2", verified'
+echo "$out" | grep -q 'round 2/2: rank 1 of 2 sent its share .*, verified'
+out=$("$trainer" --workers "$e0,$e1" --backend gloo --source "$dir/moe" --rounds 1 --ranks 2 \
+  --shard layers --no-packed --verify --seed 6)
+echo "$out" | grep -q 'round 1/1: rank 1 of 2 sent its share .*, verified'
+if "$trainer" --workers "$e0" --backend shm --source "$dir/moe" --ranks 2 2>"$dir/err"; then exit 1; fi
+grep -q -- "--ranks 2 is for the gloo and nccl backends" "$dir/err"
+
 start h0 shm; h0=$endpoint
 start h1 shm; h1=$endpoint
 "$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 262144 | grep -q 'round 3/3: shm .*verified'
@@ -52,4 +70,4 @@ start s1 sparse_gloo --data-parallel-rank 1 --data-parallel-size 2; s1=$endpoint
 
 if "$trainer" --workers "$d" --backend carrier_pigeon --source "$dir/m" 2>"$dir/err"; then exit 1; fi
 grep -q "unknown --backend 'carrier_pigeon'" "$dir/err"
-echo "hotswap-trainer: gloo, shm, disk and sparse_gloo rounds into two workers each, verified"
+echo "hotswap-trainer: gloo (one and two trainer ranks), shm, disk and sparse_gloo rounds into two workers each, verified"

@@ -3,7 +3,9 @@
 // sparse delta), pushes it into the workers, optionally verifies bit for bit, and prints what it
 // moved.
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -12,13 +14,17 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/randperm.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +36,7 @@
 #include "trainer_sdk/ipc_trainer_engine.hpp"
 #include "trainer_sdk/round_hook.hpp"
 #include "trainer_sdk/rpc_client.hpp"
+#include "trainer_sdk/shard_plan.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
@@ -83,6 +90,62 @@ void install_fault(const std::string& at, const std::string& action, const std::
   });
 }
 
+// The other trainer ranks of a --ranks run, started by rank 0 as copies of this process with
+// their own --rank and rank 0's --master-port; they print to the same terminal. Destruction
+// gives any still running a moment to report why they stop (rank 0 failing breaks their group),
+// then stops them (SIGTERM, then SIGKILL), so none outlives rank 0 on any exit path.
+class RankProcesses {
+ public:
+  RankProcesses() = default;
+  RankProcesses(const RankProcesses&) = delete;
+  RankProcesses& operator=(const RankProcesses&) = delete;
+  ~RankProcesses() {
+    for (int signal : {0, SIGTERM, SIGKILL}) {
+      for (pid_t pid : running_)
+        if (signal != 0) ::kill(pid, signal);
+      if (wait_all(std::chrono::seconds(5))) return;
+    }
+  }
+
+  void spawn(std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& arg : args)
+      argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (int error = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ)) {
+      throw protocol::RuntimeError(std::string("cannot start another trainer rank: ") +
+                                   std::strerror(error));
+    }
+    running_.push_back(pid);
+  }
+
+  // Waits up to `timeout` for every rank to end; false if some still run. `failed` counts
+  // the ranks that ended with a non-zero status or a signal.
+  bool wait_all(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!running_.empty()) {
+      for (auto it = running_.begin(); it != running_.end();) {
+        int status = 0;
+        if (::waitpid(*it, &status, WNOHANG) == *it) {
+          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed_;
+          it = running_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (running_.empty() || Clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return running_.empty();
+  }
+  int failed() const { return failed_; }
+
+ private:
+  std::vector<pid_t> running_;
+  int failed_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,8 +164,24 @@ int main(int argc, char** argv) {
   app.add_option("--source", source_dir, "checkpoint directory the trainer starts from")
       ->required();
   app.add_option("--rounds", rounds)->capture_default_str();
-  app.add_option("--rank", rank, "this trainer process's rank; 0 sends, the others only iterate")
-      ->capture_default_str();
+  int ranks = 1;
+  std::string shard;
+  app.add_option("--rank", rank,
+                 "this trainer process's rank: 0 drives the round; with --ranks 1 the others only "
+                 "iterate. Given with --ranks N, this process is that one rank only (start each "
+                 "rank yourself, e.g. on several hosts, with a shared --master-port)")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--ranks", ranks,
+                 "gloo, nccl: trainer ranks that each send the part of the model they hold; "
+                 "without --rank, this process is rank 0 and starts the others")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shard", shard,
+                 "with --ranks N: how the ranks split the model: experts (each holds a block of "
+                 "every layer's experts, the rest replicated) or layers (pipeline stages); "
+                 "default experts for a mixture of experts, else layers")
+      ->check(CLI::IsMember({"experts", "layers"}));
   app.add_option("--step-scale", step_scale, "size of each simulated step")->capture_default_str();
   app.add_option("--seed", seed);
   app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo, nccl, ipc)");
@@ -117,7 +196,8 @@ int main(int argc, char** argv) {
   app.add_option("--master-address", master_address, "gloo and nccl rendezvous host")
       ->capture_default_str();
   app.add_option("--master-port", master_port,
-                 "gloo and nccl rendezvous port (default: a free one)");
+                 "gloo and nccl rendezvous port (default: a free one)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--disk-dir", disk_dir, "shared directory for the disk backend");
   app.add_option("--timeout", timeout_seconds, "seconds for every wait")->capture_default_str();
   std::string fault_at, fault_action = "kill";
@@ -142,9 +222,30 @@ int main(int argc, char** argv) {
       clients.push_back(std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, timeout));
     }
     auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
-    const int world_size = 1 + static_cast<int>(clients.size());
+    const int world_size = ranks + static_cast<int>(clients.size());
+    if (ranks > 1 && backend != "gloo" && backend != "nccl") {
+      throw protocol::ValueError("--ranks " + std::to_string(ranks) +
+                                 " is for the gloo and nccl backends, where every trainer rank "
+                                 "joins the broadcast group; --backend " +
+                                 backend + " sends from rank 0");
+    }
+    if (ranks > 1 && rank > 0 && master_port == 0) {
+      throw protocol::ValueError("--rank " + std::to_string(rank) + " of --ranks " +
+                                 std::to_string(ranks) +
+                                 " joins rank 0's group: give it rank 0's --master-port");
+    }
     if (!fault_at.empty()) install_fault(fault_at, fault_action, split(workers).front());
     if (master_port == 0) master_port = transport::pick_free_port();
+    // --ranks N without --rank: this process is rank 0, and starts the others.
+    RankProcesses other_ranks;
+    if (ranks > 1 && app.count("--rank") == 0) {
+      for (int r = 1; r < ranks; ++r) {
+        std::vector<std::string> args(argv, argv + argc);
+        args.insert(args.end(),
+                    {"--rank", std::to_string(r), "--master-port", std::to_string(master_port)});
+        other_ranks.spawn(std::move(args));
+      }
+    }
 
     // The source: the checkpoint's tensors, owned, so each round can step them.
     auto checkpoint = model_loader::Checkpoint::open(source_dir);
@@ -163,7 +264,30 @@ int main(int argc, char** argv) {
       for (auto& [name, t] : tensors)
         t = arena->copy_in(name, t);
     }
-    auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+    // With several ranks, this rank holds its share, and its metadata still describes the whole.
+    std::optional<std::unordered_set<std::string>> held;
+    std::shared_ptr<trainer_sdk::TensorListSource> source;
+    if (ranks > 1) {
+      std::vector<std::string> names;
+      for (const auto& [name, t] : tensors)
+        names.push_back(name);
+      if (shard.empty()) {
+        bool has_experts = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+          return n.find(".experts.") != std::string::npos;
+        });
+        shard = has_experts ? "experts" : "layers";
+      }
+      held = trainer_sdk::held_by_rank(names, *trainer_sdk::shard_by_from_name(shard), rank, ranks);
+      std::vector<protocol::ParamMeta> meta;
+      std::map<std::string, at::Tensor> mine;
+      for (const auto& [name, t] : tensors) {
+        meta.push_back(trainer_sdk::param_meta_of(name, t));
+        if (held->contains(name)) mine.emplace(name, t);
+      }
+      source = std::make_shared<trainer_sdk::TensorListSource>(std::move(meta), std::move(mine));
+    } else {
+      source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+    }
     std::uint64_t model_bytes = checkpoint.total_bytes();
 
     std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
@@ -181,6 +305,7 @@ int main(int argc, char** argv) {
       params.packed = packed;
       params.packed_buffer_size_bytes = buffer_size;
       params.timeout = timeout;
+      params.trainer_ranks = ranks;
     };
     if (backend == "gloo") {
       trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, rank);
@@ -257,6 +382,8 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < tensors.size(); ++i) {
           auto& [name, t] = tensors[i];
           if (!at::isFloatingType(t.scalar_type())) continue;
+          // Every rank draws a tensor's step from the same seed: replicas stay equal.
+          if (held && !held->contains(name)) continue;
           auto gen = generator(seed, round, i);
           t.copy_(t.to(at::kFloat) +
                   step_scale * at::randn(t.sizes(), gen, at::TensorOptions().dtype(at::kFloat)));
@@ -271,13 +398,20 @@ int main(int argc, char** argv) {
       }
       // The round's time is the sync's, start to commit; verification is timed apart.
       double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (!engine->is_sender()) {
+      if (!engine->sends_weights()) {
         std::printf(
             "round %d/%d: rank %d joined the round (it iterates its source; rank 0 sends)\n", round,
             rounds, rank);
         continue;
       }
       if (verify) trainer_sdk::verify_against_source(*client, *source);
+      if (!engine->is_sender()) {
+        std::printf("round %d/%d: rank %d of %d sent its share (%zu of %zu tensors held)%s\n",
+                    round, rounds, rank, ranks, held->size(), tensors.size(),
+                    verify ? ", verified" : "");
+        std::fflush(stdout);
+        continue;
+      }
       auto served = clients[0]->call("weight_info")["weight_version"];
       std::printf("round %d/%d: %s %llu bytes in %.4f s = %.3f GB/s, weight_version %s%s\n", round,
                   rounds, backend.c_str(), static_cast<unsigned long long>(bytes), seconds,
@@ -293,8 +427,16 @@ int main(int argc, char** argv) {
                 << std::endl;
     }
     engine->shutdown();
+    if (!other_ranks.wait_all(timeout)) {
+      throw protocol::TimeoutError("the other trainer ranks did not end within the timeout");
+    }
+    if (other_ranks.failed() > 0) {
+      std::cerr << "hotswap-trainer: " << other_ranks.failed() << " other trainer rank(s) failed\n";
+      return 1;
+    }
   } catch (const std::exception& e) {
-    std::cerr << "hotswap-trainer: " << transport::one_line_cause(e) << "\n";
+    std::cerr << "hotswap-trainer: " << (ranks > 1 ? "rank " + std::to_string(rank) + ": " : "")
+              << transport::one_line_cause(e) << "\n";
     return 1;
   }
   return 0;
