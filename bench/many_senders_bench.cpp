@@ -36,7 +36,7 @@ using bench::since;
 
 namespace {
 
-// A Qwen3-MoE of about 300 MB in bfloat16: 16 experts in each of 4 layers.
+// A Qwen3-MoE of about 390 MB in bfloat16: 16 experts in each of 4 layers.
 model_loader::ModelConfig moe_config() {
   return model_loader::ModelConfig::from_json({
       {"architectures",

@@ -137,6 +137,9 @@ void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>&
   AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
   // A request the worker rejected before any collective must not leave us blocked in one.
   update.rethrow_if_failed();
+  // The other trainer ranks wait for this before their first collective, so that a slow start
+  // (generation draining) does not count against their broadcast timeout.
+  if (many_senders()) communicator_->store()->set(round_key("started"), "1");
   try {
     transmit(meta);
   } catch (...) {
@@ -152,6 +155,20 @@ void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>&
     throw;
   }
   update.wait(info_.timeout, "update_weights");
+  // Every rank's pass must have ended cleanly (its source ended with the metadata, too) before
+  // the workers commit. If one did not, the workers hold a session that will never finish: end
+  // it (best effort; a new init would too), so that they report idle on their old weights.
+  if (many_senders()) {
+    try {
+      await_other_ranks();
+    } catch (...) {
+      try {
+        client().shutdown_weight_transfer_engine();
+      } catch (const std::exception&) {
+      }
+      throw;
+    }
+  }
   reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(round_version());
 }
@@ -160,43 +177,76 @@ std::string BroadcastTrainerEngine::round_key(const std::string& what) const {
   return "hotswap/round/" + std::to_string(round_) + "/" + what;
 }
 
+nlohmann::json BroadcastTrainerEngine::wire_settings() const {
+  return {{"world_size", info_.world_size},
+          {"trainer_ranks", info_.trainer_ranks},
+          {"packed", info_.packed},
+          {"packed_buffer_size_bytes", info_.packed_buffer_size_bytes}};
+}
+
 void BroadcastTrainerEngine::agree_on_senders() {
   transport::RendezvousStore* store = communicator_->store();
   const std::string verdict_key = "hotswap/senders";
+  const auto ack_timeout =
+      std::min<std::chrono::milliseconds>(info_.timeout, std::chrono::seconds(10));
+  auto holdings_key = [](int rank) { return "hotswap/holdings/" + std::to_string(rank); };
+  // Rank r > 0: the verdict, acknowledged so that rank 0 may drop its store once all have read.
+  auto read_verdict = [&](std::chrono::milliseconds timeout) {
+    auto verdict = nlohmann::json::parse(store->get(verdict_key, timeout));
+    store->set(verdict_key + "/read/" + std::to_string(rank_), "1");
+    return verdict;
+  };
   try {
     if (store == nullptr) {
       throw protocol::RuntimeError("several sending trainer ranks need the group's TCPStore");
     }
     WeightSource& src = *source();
     RankHoldings mine;
-    mine.metadata = src.metadata();
-    if (auto held = src.held_names()) mine.held.emplace(held->begin(), held->end());
-    store->set("hotswap/holdings/" + std::to_string(rank_), mine.to_json().dump());
+    try {
+      mine.metadata = src.metadata();
+      if (auto held = src.held_names()) mine.held.emplace(held->begin(), held->end());
+    } catch (const std::exception& e) {
+      // Say so, so that rank 0 refuses the group at once instead of waiting out its timeout.
+      store->set(holdings_key(rank_),
+                 nlohmann::json{{"error", transport::one_line_cause(e)}}.dump());
+      if (!is_sender()) read_verdict(ack_timeout);
+      throw;
+    }
+    store->set(holdings_key(rank_),
+               nlohmann::json{{"holdings", mine.to_json()}, {"wire", wire_settings()}}.dump());
     if (is_sender()) {
-      std::vector<RankHoldings> all{mine};
-      for (int r = 1; r < info_.trainer_ranks; ++r) {
-        all.push_back(RankHoldings::from_json(
-            nlohmann::json::parse(store->get("hotswap/holdings/" + std::to_string(r)))));
-      }
       try {
+        std::vector<RankHoldings> all{mine};
+        for (int r = 1; r < info_.trainer_ranks; ++r) {
+          auto posted = nlohmann::json::parse(store->get(holdings_key(r)));
+          const std::string who = "trainer rank " + std::to_string(r);
+          if (posted.contains("error")) {
+            throw protocol::ValueError(
+                who + " could not declare its holdings: " + posted["error"].get<std::string>());
+          }
+          if (posted.at("wire") != wire_settings()) {
+            throw protocol::ValueError(who + "'s transfer settings " + posted["wire"].dump() +
+                                       " differ from rank 0's " + wire_settings().dump() +
+                                       "; every rank must cut the stream alike");
+          }
+          all.push_back(RankHoldings::from_json(posted.at("holdings")));
+        }
         senders_ = assign_senders(all);
-      } catch (const protocol::ValueError& e) {
-        store->set(verdict_key, nlohmann::json{{"error", e.what()}}.dump());
+      } catch (const std::exception& e) {
+        store->set(verdict_key, nlohmann::json{{"error", transport::one_line_cause(e)}}.dump());
         // Keep the store up until every rank has read why, so all of them raise the same error.
         for (int r = 1; r < info_.trainer_ranks; ++r) {
           try {
-            store->get(
-                verdict_key + "/read/" + std::to_string(r),
-                std::min<std::chrono::milliseconds>(info_.timeout, std::chrono::seconds(10)));
+            store->get(verdict_key + "/read/" + std::to_string(r), ack_timeout);
           } catch (const protocol::Error&) {
           }
         }
-        throw;
+        if (dynamic_cast<const protocol::Error*>(&e) != nullptr) throw;
+        throw protocol::ValueError(transport::one_line_cause(e));  // a malformed post
       }
       store->set(verdict_key, nlohmann::json{{"sender_ranks", senders_}}.dump());
     } else {
-      auto verdict = nlohmann::json::parse(store->get(verdict_key));
-      store->set(verdict_key + "/read/" + std::to_string(rank_), "1");
+      auto verdict = read_verdict(info_.timeout);
       if (verdict.contains("error")) {
         throw protocol::ValueError(verdict["error"].get<std::string>());
       }
@@ -215,8 +265,8 @@ void BroadcastTrainerEngine::fail_round(const std::string& cause) {
   if (!communicator_) return;
   if (auto* store = communicator_->store()) {
     try {
-      store->set(is_sender() ? round_key("outcome") : round_key("failed/" + std::to_string(rank_)),
-                 is_sender() ? "failed: " + cause : cause);
+      store->set(is_sender() ? round_key("outcome") : round_key("rank/" + std::to_string(rank_)),
+                 "failed: " + cause);
     } catch (const protocol::Error&) {
       // The store went with rank 0: the peers learn of the failure from the broken group.
     }
@@ -229,12 +279,23 @@ std::optional<std::string> BroadcastTrainerEngine::peer_failure() const {
   auto* store = communicator_ ? communicator_->store() : nullptr;
   if (store == nullptr) return std::nullopt;
   for (int r = 1; r < info_.trainer_ranks; ++r) {
-    if (auto cause = store->try_get(round_key("failed/" + std::to_string(r)))) {
+    auto said = store->try_get(round_key("rank/" + std::to_string(r)));
+    if (said && said->starts_with("failed: ")) {
       return "trainer rank " + std::to_string(r) + " failed round " + std::to_string(round_) +
-             ": " + *cause;
+             ": " + said->substr(8);
     }
   }
   return std::nullopt;
+}
+
+void BroadcastTrainerEngine::await_other_ranks() {
+  for (int r = 1; r < info_.trainer_ranks; ++r) {
+    const std::string said = communicator_->store()->get(round_key("rank/" + std::to_string(r)));
+    if (said != "sent") {
+      throw protocol::TransferError("trainer rank " + std::to_string(r) + " failed round " +
+                                    std::to_string(round_) + ": " + said.substr(8));
+    }
+  }
 }
 
 void BroadcastTrainerEngine::send_as_rank_zero(const std::vector<protocol::ParamMeta>& meta) {
@@ -244,20 +305,39 @@ void BroadcastTrainerEngine::send_as_rank_zero(const std::vector<protocol::Param
     fail_round(transport::one_line_cause(e));
     throw;
   }
-  communicator_->store()->set(round_key("outcome"), "ok");
+  // The round is committed. Keep the store (which this rank hosts) up until every rank has read
+  // so, or a shutdown right after this would make them fail a round that succeeded.
+  auto* store = communicator_->store();
+  store->set(round_key("outcome"), "ok");
+  for (int r = 1; r < info_.trainer_ranks; ++r) {
+    try {
+      store->get(round_key("outcome/read/" + std::to_string(r)));
+    } catch (const protocol::Error& e) {
+      fail_round(e.what());
+      throw protocol::TransferError("round " + std::to_string(round_) +
+                                    " committed, but trainer rank " + std::to_string(r) +
+                                    " never read so; the group is closed: " + e.what());
+    }
+  }
 }
 
 void BroadcastTrainerEngine::send_as_other_rank() {
+  auto* store = communicator_->store();
   try {
+    // Rank 0's update_weights may wait behind start_weight_update for generation to drain.
+    store->get(round_key("started"), 2 * info_.timeout);
     transmit(layout_);
   } catch (const std::exception& e) {
     fail_round(transport::one_line_cause(e));
     throw;
   }
-  // Return once the round is committed (or not): rank 0 says which.
+  // Return once the round is committed (or not): rank 0 says which. It may first wait up to a
+  // timeout for update_weights and another for finish_weight_update.
   std::string outcome;
   try {
-    outcome = communicator_->store()->get(round_key("outcome"));
+    store->set(round_key("rank/" + std::to_string(rank_)), "sent");
+    outcome = store->get(round_key("outcome"), 3 * info_.timeout);
+    store->set(round_key("outcome/read/" + std::to_string(rank_)), "1");
   } catch (const std::exception&) {
     communicator_->abort();
     communicator_.reset();
@@ -266,9 +346,8 @@ void BroadcastTrainerEngine::send_as_other_rank() {
   if (outcome != "ok") {
     communicator_->abort();
     communicator_.reset();
-    throw protocol::RuntimeError("trainer rank 0 " + outcome.substr(0, outcome.find(':')) +
-                                 " round " + std::to_string(round_) + ":" +
-                                 outcome.substr(outcome.find(':') + 1));
+    throw protocol::RuntimeError("trainer rank 0 failed round " + std::to_string(round_) + ": " +
+                                 outcome.substr(8));
   }
 }
 

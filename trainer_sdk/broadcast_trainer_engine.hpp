@@ -17,17 +17,21 @@
 //  - send_weights, on every rank: each walks the metadata in order, advancing its own source
 //    through the names its groups() cover, and joins every broadcast: as the root for what it
 //    sends, into a scratch buffer otherwise. Rank 0 drives the four calls with `sender_ranks`
-//    in update_info, then posts the round's outcome; the other ranks return only when it says
-//    the round committed, so a rank may verify what it sent as soon as send_weights returns.
-//  - A rank that fails posts why and aborts its end of the group, so the peers blocked in a
-//    collective fail at once instead of waiting out the timeout; rank 0 reports the first
-//    cause it finds.
+//    in update_info; it commits (finish_weight_update) only once every rank has said its pass
+//    ended cleanly, then posts the round's outcome, and the other ranks return only when it
+//    says the round committed, so a rank may verify what it sent as soon as send_weights
+//    returns. The ranks must share world_size, trainer_ranks and the packing settings.
+//  - A rank that fails posts why and aborts its end of the group: over gloo the peers blocked
+//    in a collective fail at once (NCCL peers wait out their timeout); rank 0 reports the cause
+//    a peer posted, where one did.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "protocol/chunk_plan.hpp"
 #include "trainer_sdk/checked_stream.hpp"
@@ -79,6 +83,11 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   // Many senders, rank 0: a better diagnosis than its own broken collective, if a peer posted
   // why it failed this round.
   std::optional<std::string> peer_failure() const;
+  // Many senders, rank 0, before finish: every other rank's pass ended cleanly (TransferError
+  // naming the first that says it failed).
+  void await_other_ranks();
+  // What every rank must share to cut the stream alike, checked at init.
+  nlohmann::json wire_settings() const;
   std::string round_key(const std::string& what) const;
 
   BroadcastTransferParams info_;

@@ -57,6 +57,10 @@ void FanOutClient::finish_weight_update(const std::optional<std::string>& weight
   each([&](ZmqWeightSyncClient& w) { w.finish_weight_update(weight_version); });
 }
 
+void FanOutClient::shutdown_weight_transfer_engine() {
+  each([](ZmqWeightSyncClient& w) { w.shutdown_weight_transfer_engine(); });
+}
+
 WeightSyncClient::WorkerDigests FanOutClient::checkpoint_checksums() {
   std::vector<WorkerDigests> per_worker(workers_.size());
   std::mutex mutex;

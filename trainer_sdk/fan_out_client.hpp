@@ -21,6 +21,7 @@ class FanOutClient : public WeightSyncClient {
   void update_weights(const nlohmann::json& update_info) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   WorkerDigests checkpoint_checksums() override;
+  void shutdown_weight_transfer_engine() override;
 
   const std::vector<std::shared_ptr<ZmqWeightSyncClient>>& workers() const { return workers_; }
 

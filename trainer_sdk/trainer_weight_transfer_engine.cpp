@@ -20,6 +20,10 @@ WeightSyncClient::WorkerDigests WeightSyncClient::checkpoint_checksums() {
   throw protocol::RuntimeError("this WeightSyncClient cannot fetch the workers' checksums");
 }
 
+void WeightSyncClient::shutdown_weight_transfer_engine() {
+  throw protocol::RuntimeError("this WeightSyncClient cannot shut the workers' channel down");
+}
+
 void TrainerWeightTransferEngine::push(const SendOptions& options) {
   round_version_ = options.weight_version;
   try {

@@ -28,6 +28,10 @@ class WeightSyncClient {
   // reaches, each with a name for messages. Clients that cannot fetch them raise.
   using WorkerDigests = std::vector<std::pair<std::string, std::map<std::string, std::string>>>;
   virtual WorkerDigests checkpoint_checksums();
+
+  // Tears every worker's data channel down, ending a session a trainer cannot finish (vLLM's
+  // shutdown_weight_transfer_engine); a new init opens it again. Clients that cannot raise.
+  virtual void shutdown_weight_transfer_engine();
 };
 
 }  // namespace hotswap::trainer_sdk

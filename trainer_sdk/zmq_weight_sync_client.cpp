@@ -39,6 +39,10 @@ void ZmqWeightSyncClient::finish_weight_update(const std::optional<std::string>&
 
 namespace hotswap::trainer_sdk {
 
+void ZmqWeightSyncClient::shutdown_weight_transfer_engine() {
+  call(protocol::methods::kShutdownWeightTransferEngine);
+}
+
 WeightSyncClient::WorkerDigests ZmqWeightSyncClient::checkpoint_checksums() {
   auto reply =
       call(protocol::methods::kWeightChecker, {{"action", "checksum"}, {"format", "checkpoint"}});

@@ -28,6 +28,7 @@ class ZmqWeightSyncClient : public WeightSyncClient {
   void update_weights(const nlohmann::json& update_info) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   WorkerDigests checkpoint_checksums() override;
+  void shutdown_weight_transfer_engine() override;
 
   // Any other method of the worker (weight_checker, generate, health, ...).
   nlohmann::json call(std::string_view method,

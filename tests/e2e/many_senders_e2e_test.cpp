@@ -1,10 +1,11 @@
 // Several trainer ranks, each holding part of a mixture of experts (expert parallelism) or of
 // its layers (pipeline parallelism), push into real hotswap-worker processes over gloo: each
 // tensor comes from a rank that holds it, and every round is verified bit for bit. Holdings that
-// break the seeds' ownership contract are refused at init, on every rank, and the worker keeps
-// serving its weights. Trainer ranks run as threads here (each with its own engine, client and
-// group membership, as processes would); tests/trainer_sdk/trainer_cli_test.sh runs them as
-// processes through hotswap-trainer --ranks.
+// break the seeds' ownership contract (or ranks that would cut the stream differently) are
+// refused at init, on every rank; a rank that fails mid-round fails them all; either way the
+// worker keeps serving its weights. Trainer ranks run as threads here (each with its own engine,
+// client and group membership, as processes would); tests/trainer_sdk/trainer_cli_test.sh runs them
+// as processes through hotswap-trainer --ranks.
 #include <boost/test/unit_test.hpp>
 
 #include <future>
@@ -146,12 +147,13 @@ BOOST_FIXTURE_TEST_CASE(an_orphan_or_a_disagreeing_metadata_is_refused_at_init_o
   trainer_sdk::ZmqWeightSyncClient observer(w->endpoint(), 30s);
   const auto before = observer.call("weight_checker", {{"action", "checksum"}});
   const std::string orphan = "model.layers.0.mlp.experts.3.up_proj.weight";
-  auto refused = [&](auto source_of) {
+  auto refused = [&](auto source_of, std::int64_t rank1_buffer_size = 1 << 20) {
     const int port = transport::pick_free_port();
     return on_every_rank(2, [&, port](int rank) {
       auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
       trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", port, 3, rank);
       info.trainer_ranks = 2;
+      info.packed_buffer_size_bytes = rank == 1 ? rank1_buffer_size : 1 << 20;
       info.timeout = 20s;
       trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source_of(rank));
     });
@@ -186,6 +188,13 @@ BOOST_FIXTURE_TEST_CASE(an_orphan_or_a_disagreeing_metadata_is_refused_at_init_o
                              "rank") == 0u,
                "rank " << r << ": " << message_of(failures[r]));
   }
+  // Rank 1 would cut packed chunks elsewhere than rank 0 and the workers.
+  failures =
+      refused([&](int rank) { return share(trainer_sdk::ShardBy::kExperts, rank, 2); }, 4096);
+  for (int r = 0; r < 2; ++r) {
+    BOOST_TEST(message_of(failures[r]).find("trainer rank 1's transfer settings") == 0u,
+               "rank " << r << ": " << message_of(failures[r]));
+  }
   // Nothing was sent: the worker serves its old weights, and a good trainer's round then works.
   BOOST_TEST(observer.call("weight_checker", {{"action", "checksum"}}) == before);
   BOOST_TEST(observer.call("health")["status"] == "ok");
@@ -204,56 +213,107 @@ BOOST_FIXTURE_TEST_CASE(an_orphan_or_a_disagreeing_metadata_is_refused_at_init_o
   verify(observer);
 }
 
+// A source that breaks the contract on purpose: it holds (by held_names()) what `real` holds,
+// but its iteration leaves out `missing`, or yields `extra` after the end.
+class LyingSource final : public trainer_sdk::WeightSource {
+ public:
+  LyingSource(std::shared_ptr<trainer_sdk::TensorListSource> real, std::string missing,
+              std::string extra = "")
+      : real_(std::move(real)), missing_(std::move(missing)), extra_(std::move(extra)) {}
+  std::vector<protocol::ParamMeta> metadata() override { return real_->metadata(); }
+  std::optional<std::unordered_set<std::string>> held_names() override {
+    return real_->held_names();
+  }
+  std::unique_ptr<trainer_sdk::WeightStream> iter() override {
+    std::vector<std::pair<std::string, at::Tensor>> items;
+    auto stream = real_->iter();
+    while (auto item = stream->next()) {
+      if (item->name == missing_) item->tensor = at::Tensor();
+      items.emplace_back(item->name, item->tensor);
+    }
+    if (!extra_.empty()) items.emplace_back(extra_, at::Tensor());
+    return std::make_unique<Replay>(std::move(items));
+  }
+
+ private:
+  class Replay final : public trainer_sdk::WeightStream {
+   public:
+    explicit Replay(std::vector<std::pair<std::string, at::Tensor>> items)
+        : items_(std::move(items)) {}
+    std::optional<trainer_sdk::NamedWeight> next() override {
+      if (at_ == items_.size()) return std::nullopt;
+      const auto& [name, tensor] = items_[at_++];
+      return trainer_sdk::NamedWeight{name, tensor};
+    }
+
+   private:
+    std::vector<std::pair<std::string, at::Tensor>> items_;
+    std::size_t at_ = 0;
+  };
+  std::shared_ptr<trainer_sdk::TensorListSource> real_;
+  std::string missing_, extra_;
+};
+
 BOOST_FIXTURE_TEST_CASE(a_rank_that_fails_mid_round_fails_every_rank_and_the_worker_keeps_weights,
                         MoeFixture) {
   auto w = worker(0, 1);
   trainer_sdk::ZmqWeightSyncClient observer(w->endpoint(), 30s);
   const auto before = observer.call("weight_checker", {{"action", "checksum"}});
-  const int port = transport::pick_free_port();
-  // Rank 1's held_names() claim an expert tensor its iteration then does not yield.
-  const std::string missing = "model.layers.0.mlp.experts.2.down_proj.weight";
-  class LyingSource final : public trainer_sdk::WeightSource {
-   public:
-    LyingSource(std::shared_ptr<trainer_sdk::TensorListSource> real, std::string missing)
-        : real_(std::move(real)), missing_(std::move(missing)) {}
-    std::vector<protocol::ParamMeta> metadata() override { return real_->metadata(); }
-    std::optional<std::unordered_set<std::string>> held_names() override {
-      return real_->held_names();
-    }
-    std::unique_ptr<trainer_sdk::WeightStream> iter() override {
-      std::vector<protocol::ParamMeta> meta;
-      std::map<std::string, at::Tensor> held;
-      auto stream = real_->iter();
-      while (auto item = stream->next()) {
-        if (item->held() && item->name != missing_) held.emplace(item->name, item->tensor);
-      }
-      return trainer_sdk::TensorListSource(real_->metadata(), held).iter();
-    }
-
-   private:
-    std::shared_ptr<trainer_sdk::TensorListSource> real_;
-    std::string missing_;
+  // `liar`'s source is a LyingSource(missing, extra); the other rank's is honest.
+  // Each round fails well within the ranks' 20 s timeout: nobody waits it out.
+  auto round = [&](int liar, const std::string& missing, const std::string& extra) {
+    const int port = transport::pick_free_port();
+    const auto start = std::chrono::steady_clock::now();
+    auto failures = on_every_rank(2, [&, port](int rank) {
+      auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+      trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", port, 3, rank);
+      info.trainer_ranks = 2;
+      info.packed = false;
+      info.timeout = 20s;
+      auto real = share(trainer_sdk::ShardBy::kExperts, rank, 2);
+      std::shared_ptr<trainer_sdk::WeightSource> source = real;
+      if (rank == liar) source = std::make_shared<LyingSource>(real, missing, extra);
+      auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+      engine->push({"never", /*verify=*/false});
+    });
+    BOOST_TEST((std::chrono::steady_clock::now() - start < 15s));
+    return failures;
   };
-  auto failures = on_every_rank(2, [&](int rank) {
-    auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
-    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", port, 3, rank);
-    info.trainer_ranks = 2;
-    info.packed = false;
-    info.timeout = 20s;
-    auto real = share(trainer_sdk::ShardBy::kExperts, rank, 2);
-    std::shared_ptr<trainer_sdk::WeightSource> source = real;
-    if (rank == 1) source = std::make_shared<LyingSource>(real, missing);
-    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    engine->push({"never", /*verify=*/false});
-  });
-  const std::string cause = "yielded no tensor for '" + missing + "'";
+  // The workers end the session (rank 0 ends it where the bytes had all landed) and keep their
+  // weights.
+  auto unchanged = [&] {
+    BOOST_TEST(testing::wait_for_session_end(observer, 10s));
+    BOOST_TEST(observer.call("weight_checker", {{"action", "checksum"}}) == before);
+  };
+
+  // Rank 1 holds an expert tensor (by held_names()) that its iteration does not yield.
+  const std::string missing = "model.layers.0.mlp.experts.2.down_proj.weight";
+  auto failures = round(1, missing, "");
+  std::string cause = "yielded no tensor for '" + missing + "'";
   BOOST_TEST(message_of(failures[1]).find(cause) != std::string::npos, message_of(failures[1]));
   // Rank 0 names rank 1's cause, not just its own broken collective.
   BOOST_TEST(message_of(failures[0]).find("trainer rank 1 failed round 1: ") == 0u,
              message_of(failures[0]));
   BOOST_TEST(message_of(failures[0]).find(cause) != std::string::npos, message_of(failures[0]));
-  BOOST_TEST(testing::wait_for_session_end(observer, 30s));
-  BOOST_TEST(observer.call("weight_checker", {{"action", "checksum"}}) == before);
+  unchanged();
+
+  // Rank 1's pass yields one name more than the metadata, after its last broadcast: rank 0 must
+  // not commit a round a rank failed.
+  failures = round(1, "", "model.layers.9.not_declared.weight");
+  cause = "WeightSource yielded more parameters than metadata declared";
+  BOOST_TEST(message_of(failures[1]).find(cause) != std::string::npos, message_of(failures[1]));
+  BOOST_TEST(message_of(failures[0]).find("trainer rank 1 failed round 1: " + cause) == 0u,
+             message_of(failures[0]));
+  unchanged();
+
+  // Rank 0 fails: rank 1 fails too, promptly (the group is torn down), and nothing commits.
+  const std::string rank0_expert = "model.layers.0.mlp.experts.0.down_proj.weight";
+  failures = round(0, rank0_expert, "");
+  BOOST_TEST(message_of(failures[0]).find("yielded no tensor for '" + rank0_expert + "'") !=
+                 std::string::npos,
+             message_of(failures[0]));
+  BOOST_CHECK(failures[1] != nullptr);
+  unchanged();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

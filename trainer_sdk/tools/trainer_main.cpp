@@ -186,8 +186,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed);
   app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo, nccl, ipc)");
   app.add_option("--buffer-size", buffer_size, "packed chunk size in bytes")->capture_default_str();
-  app.add_option("--device", device, "nccl, sparse_nccl, ipc: the CUDA device to send from")
-      ->capture_default_str();
+  app.add_option("--device", device,
+                 "nccl, sparse_nccl, ipc: the CUDA device to send from (with --ranks N started "
+                 "from here, rank r sends from this device + r)")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_flag("--nccl-unique-id", nccl_unique_id,
                "nccl, sparse_nccl: ship a minted nccl_unique_id_b64 instead of hosting a TCPStore");
   app.add_flag("--shm-arena", shm_arena,
@@ -215,6 +218,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  // Outside the try: on an error, this rank reports it first; then the others get a moment to
+  // report theirs before they are stopped.
+  RankProcesses other_ranks;
   try {
     auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
     std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients;
@@ -236,13 +242,14 @@ int main(int argc, char** argv) {
     }
     if (!fault_at.empty()) install_fault(fault_at, fault_action, split(workers).front());
     if (master_port == 0) master_port = transport::pick_free_port();
-    // --ranks N without --rank: this process is rank 0, and starts the others.
-    RankProcesses other_ranks;
+    // --ranks N without --rank: this process is rank 0, and starts the others (over NCCL, rank r
+    // on the r-th GPU after --device: NCCL refuses two ranks of one group on one GPU).
     if (ranks > 1 && app.count("--rank") == 0) {
       for (int r = 1; r < ranks; ++r) {
         std::vector<std::string> args(argv, argv + argc);
         args.insert(args.end(),
                     {"--rank", std::to_string(r), "--master-port", std::to_string(master_port)});
+        if (backend == "nccl") args.insert(args.end(), {"--device", std::to_string(device + r)});
         other_ranks.spawn(std::move(args));
       }
     }
