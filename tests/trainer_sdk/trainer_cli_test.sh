@@ -8,6 +8,8 @@ dir=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
+# A failed check names itself (a silent `grep -q` would leave CTest's log empty).
+trap 'echo "trainer_cli_test.sh: line $LINENO failed: $BASH_COMMAND" >&2; echo "${out:-}" >&2' ERR
 
 "$make" --arch qwen3 --layers 2 --hidden-size 128 --intermediate-size 256 --heads 4 --kv-heads 2 \
   --head-dim 32 --vocab 512 --dtype bfloat16 --seed 3 --out "$dir/m" >/dev/null
