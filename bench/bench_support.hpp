@@ -42,9 +42,15 @@ inline std::uint64_t plain_read(const std::filesystem::path& dir) {
   return total;
 }
 
+// With --json a bench prints its JSON lines only, for scripts/bench.sh and other tools.
+inline bool& json_only() {
+  static bool on = false;
+  return on;
+}
+
 inline void report(const std::string& bench, const std::string& what, double value,
                    const std::string& unit, nlohmann::json extra = {}) {
-  std::printf("%-56s %10.3f %s\n", what.c_str(), value, unit.c_str());
+  if (!json_only()) std::printf("%-56s %10.3f %s\n", what.c_str(), value, unit.c_str());
   nlohmann::json line = {{"bench", bench}, {"measure", what}, {"value", value}, {"unit", unit}};
   if (extra.is_object()) line.update(extra);
   std::cout << line.dump() << std::endl;
@@ -61,6 +67,34 @@ inline Spread spread_of(std::vector<double> values) {
   const std::size_t n = values.size();
   const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
   return {median, values.front(), values.back()};
+}
+
+// A figure measured once per repetition, each time right after its limit (`limits[i]`, measured
+// the same way), so that both see the same machine state: the median with its range, the
+// limit's, and the ratio of the medians. `time_ratio` reports time over the limit's time (lower
+// is better: limit rate / figure rate), otherwise figure rate over limit rate.
+inline void report_against_limit(const std::string& bench, const std::string& what,
+                                 const std::vector<double>& values,
+                                 const std::vector<double>& limits, const std::string& unit,
+                                 const std::string& ratio_key, bool time_ratio,
+                                 nlohmann::json extra = {}) {
+  const Spread figure = spread_of(values), limit = spread_of(limits);
+  const double ratio = time_ratio ? limit.median / figure.median : figure.median / limit.median;
+  if (!json_only()) {
+    std::printf("%-56s %10.3f %s (%.3f-%.3f); limit %.3f (%.3f-%.3f); %s %.2fx\n", what.c_str(),
+                figure.median, unit.c_str(), figure.low, figure.high, limit.median, limit.low,
+                limit.high, ratio_key.c_str(), ratio);
+  }
+  nlohmann::json line = {{"bench", bench},
+                         {"measure", what},
+                         {"value", figure.median},
+                         {"unit", unit},
+                         {"spread", figure.to_json()},
+                         {"limit", limit.to_json()},
+                         {"repetitions", values.size()},
+                         {ratio_key, ratio}};
+  if (extra.is_object()) line.update(extra);
+  std::cout << line.dump() << std::endl;
 }
 
 // Peak resident set (VmHWM) of a process, in bytes.
