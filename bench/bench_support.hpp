@@ -69,6 +69,25 @@ inline Spread spread_of(std::vector<double> values) {
   return {median, values.front(), values.back()};
 }
 
+// A figure measured once per repetition, without a limit: the median with its range.
+inline void report_spread(const std::string& bench, const std::string& what,
+                          const std::vector<double>& values, const std::string& unit,
+                          nlohmann::json extra = {}) {
+  const Spread figure = spread_of(values);
+  if (!json_only()) {
+    std::printf("%-56s %10.3f %s (%.3f-%.3f)\n", what.c_str(), figure.median, unit.c_str(),
+                figure.low, figure.high);
+  }
+  nlohmann::json line = {{"bench", bench},
+                         {"measure", what},
+                         {"value", figure.median},
+                         {"unit", unit},
+                         {"spread", figure.to_json()},
+                         {"repetitions", values.size()}};
+  if (extra.is_object()) line.update(extra);
+  std::cout << line.dump() << std::endl;
+}
+
 // A figure measured once per repetition, each time right after its limit (`limits[i]`, measured
 // the same way), so that both see the same machine state: the median with its range, the
 // limit's, and the ratio of the medians. `time_ratio` reports time over the limit's time (lower

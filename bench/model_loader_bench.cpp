@@ -1,8 +1,12 @@
 // model_loader figures on a synthetic Llama of a few hundred MB:
-//  - checkpoint load speed (GB/s) next to a plain sequential read() of the same files, taken in
-//    the same run (both from a warm page cache: the files were just written);
+//  - checkpoint load speed (GB/s), each repetition right after a plain sequential read() of the
+//    same files (both from a warm page cache: the files were just written), and the ratio of the
+//    medians;
 //  - generation speed: prefill tokens/s and decode tokens/s at batch 1 and batch 8.
-// Prints a table and one JSON line per measurement.
+// Every figure is the median of `--reps` repetitions (5) with its range. Prints a table and one
+// JSON line per figure (`--json`: the JSON lines only).
+//
+// Usage: hotswap_model_loader_bench [--reps N] [--json] [DIR]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -30,6 +34,8 @@ using bench::since;
 
 namespace {
 
+constexpr int kDecodeSteps = 8;
+
 void report(const std::string& name, double value, const std::string& unit,
             const nlohmann::json& extra = nlohmann::json::object()) {
   bench::report("model_loader", name, value, unit, extra);
@@ -38,7 +44,18 @@ void report(const std::string& name, double value, const std::string& unit,
 }  // namespace
 
 int main(int argc, char** argv) {
-  fs::path dir = argc > 1 ? fs::path(argv[1]) : fs::temp_directory_path() / "hotswap-bench-model";
+  fs::path dir = fs::temp_directory_path() / "hotswap-bench-model";
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      bench::json_only() = true;
+    } else if (arg == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      dir = arg;
+    }
+  }
   model_loader::ModelConfig c;
   c.architecture = model_loader::architectures::kLlama;
   c.hidden_size = 1024;
@@ -59,17 +76,19 @@ int main(int argc, char** argv) {
   report("synthetic checkpoint write", bytes / since(start) / 1e9, "GB/s", {{"bytes", bytes}});
 
   plain_read(dir);  // warm the page cache for both measurements
-  start = Clock::now();
-  std::uint64_t read_bytes = plain_read(dir);
-  double read_gbps = read_bytes / since(start) / 1e9;
-  report("plain sequential read (limit)", read_gbps, "GB/s", {{"bytes", read_bytes}});
-
-  start = Clock::now();
-  auto model = model_loader::load_model(dir);
-  double load_gbps = bytes / since(start) / 1e9;
-  report("checkpoint load", load_gbps, "GB/s",
-         {{"bytes", bytes}, {"ratio_to_plain_read", load_gbps / read_gbps}});
-
+  std::vector<double> reads, loads;
+  std::shared_ptr<model_loader::ServableModel> model;
+  for (int rep = 0; rep < reps; ++rep) {
+    start = Clock::now();
+    const std::uint64_t read_bytes = plain_read(dir);
+    reads.push_back(read_bytes / since(start) / 1e9);
+    model.reset();  // the previous load's memory goes first, as a worker's restart would
+    start = Clock::now();
+    model = model_loader::load_model(dir);
+    loads.push_back(bytes / since(start) / 1e9);
+  }
+  bench::report_against_limit("model_loader", "checkpoint load", loads, reads, "GB/s",
+                              "ratio_to_plain_read", false, {{"bytes", bytes}});
   std::vector<std::int64_t> prompt(128);
   for (std::size_t i = 0; i < prompt.size(); ++i)
     prompt[i] = static_cast<std::int64_t>(i * 7 % 32000);
@@ -77,32 +96,43 @@ int main(int argc, char** argv) {
   one.temperature = 0;
   one.max_tokens = 1;
   model_loader::generate(*model, {prompt}, one);  // warm-up
-  start = Clock::now();
-  model_loader::generate(*model, {prompt}, one);
-  report("prefill (128-token prompt)", prompt.size() / since(start), "tokens/s");
+  std::vector<double> prefill;
+  for (int rep = 0; rep < reps; ++rep) {
+    start = Clock::now();
+    model_loader::generate(*model, {prompt}, one);
+    prefill.push_back(prompt.size() / since(start));
+  }
+  bench::report_spread("model_loader", "prefill (128-token prompt)", prefill, "tokens/s");
 
   for (int batch : {1, 8}) {
     model_loader::SamplingParams params;
     params.temperature = 0;
-    params.max_tokens = 33;
+    params.max_tokens = kDecodeSteps + 1;
     std::vector<std::vector<std::int64_t>> prompts(
         batch, std::vector<std::int64_t>(prompt.begin(), prompt.begin() + 16));
-    // Time the 32 decode steps after the first (prefill) token.
-    std::vector<model_loader::Sequence> sequences;
-    for (auto& p : prompts)
-      sequences.emplace_back(p, params);
-    std::vector<model_loader::Sequence*> pointers;
-    for (auto& s : sequences)
-      pointers.push_back(&s);
-    model_loader::step(*model, pointers);
-    start = Clock::now();
-    for (int i = 0; i < 32; ++i)
+    std::vector<double> rates;
+    for (int rep = 0; rep < reps; ++rep) {
+      // Time 8 decode steps after the first (prefill) token: five repetitions of them cost less
+      // than one of 32 did, and the median of five is the steadier figure.
+      std::vector<model_loader::Sequence> sequences;
+      for (auto& p : prompts)
+        sequences.emplace_back(p, params);
+      std::vector<model_loader::Sequence*> pointers;
+      for (auto& seq : sequences)
+        pointers.push_back(&seq);
       model_loader::step(*model, pointers);
-    report("decode batch " + std::to_string(batch), batch * 32 / since(start), "tokens/s",
-           {{"batch", batch}});
+      start = Clock::now();
+      for (int i = 0; i < kDecodeSteps; ++i)
+        model_loader::step(*model, pointers);
+      rates.push_back(batch * kDecodeSteps / since(start));
+    }
+    bench::report_spread("model_loader", "decode batch " + std::to_string(batch), rates, "tokens/s",
+                         {{"batch", batch}});
   }
-  std::printf("model: %s, %.0f MB bf16, %u threads\n", std::string(c.architecture_name()).c_str(),
-              bytes / 1e6, std::thread::hardware_concurrency());
+  if (!bench::json_only()) {
+    std::printf("model: %s, %.0f MB bf16, %u threads\n", std::string(c.architecture_name()).c_str(),
+                bytes / 1e6, std::thread::hardware_concurrency());
+  }
   fs::remove_all(dir);
   return 0;
 }
