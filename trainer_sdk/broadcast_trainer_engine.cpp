@@ -209,7 +209,12 @@ void BroadcastTrainerEngine::agree_on_senders() {
       // Say so, so that rank 0 refuses the group at once instead of waiting out its timeout.
       store->set(holdings_key(rank_),
                  nlohmann::json{{"error", transport::one_line_cause(e)}}.dump());
-      if (!is_sender()) read_verdict(ack_timeout);
+      if (!is_sender()) {
+        try {
+          read_verdict(ack_timeout);  // lets rank 0 drop its store; our own error is the one
+        } catch (const std::exception&) {
+        }
+      }
       throw;
     }
     store->set(holdings_key(rank_),
