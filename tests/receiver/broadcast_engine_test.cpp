@@ -226,6 +226,29 @@ BOOST_AUTO_TEST_CASE(a_non_sender_rank_iterates_its_source_and_never_touches_the
   BOOST_TEST(source->passes == 2);
 }
 
+BOOST_AUTO_TEST_CASE(a_sender_rank_outside_the_trainer_ranks_is_refused_before_any_collective) {
+  auto model = std::make_shared<testing::RecordingModel>();
+  auto engine = receiver::WeightTransferEngineFactory::create_engine(
+      receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 20s});
+  auto client = std::make_shared<InProcessClient>(*engine);
+  auto tensors = mixed_tensors();
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+  info.timeout = 20s;
+  auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+  // One trainer rank (rank_offset 1): rank 1 is this worker, which never sends.
+  json update = {
+      {"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{4}}}, {"sender_ranks", {1}}};
+  HOTSWAP_CHECK_THROW_MSG(engine->update_weights(update), protocol::ValueError,
+                          "`sender_ranks[0]` is 1, but the trainer ranks of this group are 0..0 "
+                          "(rank_offset 1); a worker rank never sends");
+  // Nothing moved, so the group is still in step: the next round works.
+  trainer->send_weights();
+  BOOST_TEST(model->loaded.size() == tensors.size());
+  trainer->shutdown();
+  engine->shutdown();
+}
+
 BOOST_AUTO_TEST_CASE(receive_before_init_is_vllms_runtime_error) {
   auto engine = receiver::WeightTransferEngineFactory::create_engine(receiver::EngineContext{
       {"gloo"}, {}, c10::Device(c10::kCPU), std::make_shared<testing::RecordingModel>(), 3s});
