@@ -2,12 +2,16 @@
 // worker's session to end.
 #pragma once
 
+#include <boost/test/unit_test.hpp>
+
 #include <chrono>
 #include <memory>
 #include <thread>
 
+#include "model_loader/model_test_support.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/tensor_digest.hpp"
 
 namespace hotswap::testing {
 
@@ -32,6 +36,16 @@ class TruncatedSource final : public trainer_sdk::WeightSource {
   std::shared_ptr<trainer_sdk::TensorListSource> full_;
   int keep_;
 };
+
+// Checks, tensor by tensor, that the worker serves `expected`: its checkpoint-format digests
+// against the checkpoint's own.
+inline void verify_serves(trainer_sdk::ZmqWeightSyncClient& client, const CheckpointDir& expected) {
+  auto served = client.call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
+  auto file = expected.open();
+  for (const auto& name : file.names()) {
+    BOOST_TEST(served["checksums"][name] == transport::sha256_hex(file.tensor(name)), name);
+  }
+}
 
 // Polls the worker until its weight-update session has ended, for at most `timeout`.
 inline bool wait_for_session_end(trainer_sdk::ZmqWeightSyncClient& client,

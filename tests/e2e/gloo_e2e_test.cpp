@@ -52,11 +52,7 @@ struct Fixture {
   }
   // The worker's checkpoint-format digests against the source's own.
   void verify(trainer_sdk::ZmqWeightSyncClient& client) const {
-    auto served = client.call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
-    auto file = new_ckpt.open();
-    for (const auto& name : file.names()) {
-      BOOST_TEST(served["checksums"][name] == transport::sha256_hex(file.tensor(name)), name);
-    }
+    testing::verify_serves(client, new_ckpt);
   }
 };
 

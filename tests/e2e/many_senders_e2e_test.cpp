@@ -65,11 +65,7 @@ struct MoeFixture {
   }
 
   void verify(trainer_sdk::ZmqWeightSyncClient& client) const {
-    auto served = client.call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}});
-    auto file = new_ckpt.open();
-    for (const auto& name : file.names()) {
-      BOOST_TEST(served["checksums"][name] == transport::sha256_hex(file.tensor(name)), name);
-    }
+    testing::verify_serves(client, new_ckpt);
   }
 };
 

@@ -80,29 +80,44 @@ std::vector<std::pair<std::string, at::Tensor>> mixed_tensors() {
       {"k.empty", make(0, at::kFloat)},   {"l.big", make(600, at::kBFloat16).reshape({20, 30})}};
 }
 
+// A gloo receive engine fed by a trainer engine in this process, over a real loopback group:
+// the trainer sends mixed_tensors().
+struct InProcessPair {
+  explicit InProcessPair(bool packed = true,
+                         std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes) {
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+    info.packed = packed;
+    info.packed_buffer_size_bytes = buffer_size;
+    info.timeout = 20s;
+    trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+        info, client, std::make_shared<trainer_sdk::TensorListSource>(tensors));
+  }
+  ~InProcessPair() {
+    trainer->shutdown();
+    engine->shutdown();
+  }
+
+  std::shared_ptr<testing::RecordingModel> model = std::make_shared<testing::RecordingModel>();
+  std::unique_ptr<receiver::WeightTransferEngine> engine =
+      receiver::WeightTransferEngineFactory::create_engine(
+          receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 20s});
+  std::shared_ptr<InProcessClient> client = std::make_shared<InProcessClient>(*engine);
+  std::vector<std::pair<std::string, at::Tensor>> tensors = mixed_tensors();
+  std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> trainer;
+};
+
 void round_trip(bool packed, std::int64_t buffer_size) {
-  auto model = std::make_shared<testing::RecordingModel>();
-  auto engine = receiver::WeightTransferEngineFactory::create_engine(
-      receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 20s});
-  auto client = std::make_shared<InProcessClient>(*engine);
-  auto tensors = mixed_tensors();
-  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
-  info.packed = packed;
-  info.packed_buffer_size_bytes = buffer_size;
-  info.timeout = 20s;
-  auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+  InProcessPair pair(packed, buffer_size);
   for (int round = 0; round < 2; ++round) {  // buffers are reused across rounds
-    model->loaded.clear();
-    trainer->send_weights();
-    BOOST_REQUIRE_EQUAL(model->loaded.size(), tensors.size());
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      BOOST_TEST(model->loaded[i].first == tensors[i].first);
-      BOOST_TEST(at::equal(model->loaded[i].second, tensors[i].second), tensors[i].first);
+    pair.model->loaded.clear();
+    pair.trainer->send_weights();
+    BOOST_REQUIRE_EQUAL(pair.model->loaded.size(), pair.tensors.size());
+    for (std::size_t i = 0; i < pair.tensors.size(); ++i) {
+      BOOST_TEST(pair.model->loaded[i].first == pair.tensors[i].first);
+      BOOST_TEST(at::equal(pair.model->loaded[i].second, pair.tensors[i].second),
+                 pair.tensors[i].first);
     }
   }
-  trainer->shutdown();
-  engine->shutdown();
 }
 
 }  // namespace
@@ -227,26 +242,16 @@ BOOST_AUTO_TEST_CASE(a_non_sender_rank_iterates_its_source_and_never_touches_the
 }
 
 BOOST_AUTO_TEST_CASE(a_sender_rank_outside_the_trainer_ranks_is_refused_before_any_collective) {
-  auto model = std::make_shared<testing::RecordingModel>();
-  auto engine = receiver::WeightTransferEngineFactory::create_engine(
-      receiver::EngineContext{{"gloo"}, {}, c10::Device(c10::kCPU), model, 20s});
-  auto client = std::make_shared<InProcessClient>(*engine);
-  auto tensors = mixed_tensors();
-  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
-  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
-  info.timeout = 20s;
-  auto trainer = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+  InProcessPair pair;
   // One trainer rank (rank_offset 1): rank 1 is this worker, which never sends.
   json update = {
       {"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{4}}}, {"sender_ranks", {1}}};
-  HOTSWAP_CHECK_THROW_MSG(engine->update_weights(update), protocol::ValueError,
+  HOTSWAP_CHECK_THROW_MSG(pair.engine->update_weights(update), protocol::ValueError,
                           "`sender_ranks[0]` is 1, but the trainer ranks of this group are 0..0 "
                           "(rank_offset 1); a worker rank never sends");
   // Nothing moved, so the group is still in step: the next round works.
-  trainer->send_weights();
-  BOOST_TEST(model->loaded.size() == tensors.size());
-  trainer->shutdown();
-  engine->shutdown();
+  pair.trainer->send_weights();
+  BOOST_TEST(pair.model->loaded.size() == pair.tensors.size());
 }
 
 BOOST_AUTO_TEST_CASE(receive_before_init_is_vllms_runtime_error) {
