@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -148,6 +151,62 @@ inline std::string worker_binary() {
   return (std::filesystem::canonical("/proc/self/exe").parent_path().parent_path() /
           "worker/hotswap-worker")
       .string();
+}
+
+// The python that runs a bench's peer (Hugging Face transformers on the same checkpoint):
+// HOTSWAP_PEER_PYTHON, a virtual environment outside the repository; null when unset, and the
+// bench then says that it skipped the peer.
+inline const char* peer_python() {
+  return std::getenv("HOTSWAP_PEER_PYTHON");
+}
+
+inline void say_peer_skipped() {
+  if (!json_only()) {
+    std::printf(
+        "peer: skipped (set HOTSWAP_PEER_PYTHON to a python with torch and transformers to "
+        "compare with Hugging Face transformers on the same checkpoint)\n");
+  }
+}
+
+// Runs bench/<script> (under `bench_dir`) with peer_python() and `arguments` (each quoted), and
+// returns the last JSON object it printed; nullopt when there is no peer python or it failed.
+inline std::optional<nlohmann::json> run_peer(const std::filesystem::path& bench_dir,
+                                              const std::string& script,
+                                              const std::vector<std::string>& arguments) {
+  const char* python = peer_python();
+  if (python == nullptr) return std::nullopt;
+  auto quoted = [](const std::string& s) { return "'" + s + "'"; };
+  std::string command = quoted(python) + " " + quoted((bench_dir / script).string());
+  for (const auto& a : arguments)
+    command += " " + quoted(a);
+  command += " 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  if (!pipe) return std::nullopt;
+  std::string out;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe.get()) != nullptr)
+    out += buffer;
+  const auto brace = out.rfind('{');
+  if (brace == std::string::npos) return std::nullopt;
+  try {
+    return nlohmann::json::parse(out.substr(brace));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// transformers' greedy decode tokens/s (bench/hf_decode_peer.py) on `dir`: `batch` sequences of
+// the benches' prompt (token i = i * 7 mod vocab) of `prompt` tokens, `steps` steps timed.
+inline std::optional<double> peer_decode(const std::filesystem::path& bench_dir,
+                                         const std::filesystem::path& dir, int batch, int prompt,
+                                         int steps, unsigned threads,
+                                         const std::string& dtype = "auto") {
+  auto out = run_peer(
+      bench_dir, "hf_decode_peer.py",
+      {dir.string(), "--batch", std::to_string(batch), "--prompt", std::to_string(prompt),
+       "--steps", std::to_string(steps), "--threads", std::to_string(threads), "--dtype", dtype});
+  if (!out || !out->contains("tokens_per_second")) return std::nullopt;
+  return out->at("tokens_per_second").get<double>();
 }
 
 }  // namespace hotswap::bench

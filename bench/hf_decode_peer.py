@@ -3,9 +3,9 @@
 dtype and thread count, timing the same greedy decode steps after a prefill.
 
     $HOTSWAP_PEER_PYTHON bench/hf_decode_peer.py MODEL_DIR --batch 8 --prompt 16 --steps 32 \
-        --threads 2
+        --threads 2 [--dtype float32] [--repeats 5]
 
-Prints one JSON line: {"tokens_per_second": ..., "batch": ..., "steps": ...}. Needs torch and
+Prints one JSON line: {"tokens_per_second": <median>, "min": ..., "max": ..., "batch": ...}. Needs torch and
 transformers (a virtual environment outside the repository, named by HOTSWAP_PEER_PYTHON).
 """
 
@@ -24,28 +24,38 @@ def main():
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"],
+                        default="auto", help="compute dtype (auto: the checkpoint's)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="time the decode this many times, print the median")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     config = transformers.AutoConfig.from_pretrained(args.model)
     config._attn_implementation = "eager"
+    dtype = (getattr(config, "dtype", None) or "auto") if args.dtype == "auto" else \
+        getattr(torch, args.dtype)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        args.model, config=config, dtype=getattr(config, "dtype", None) or "auto").eval()
+        args.model, config=config, dtype=dtype).eval()
     # The prompt hotswap's benchmark uses: token i is i * 7 mod the vocabulary.
     prompt = [i * 7 % config.vocab_size for i in range(args.prompt)]
     ids = torch.tensor([prompt] * args.batch)
+    rates = []
     with torch.no_grad():
-        out = model(ids, use_cache=True)  # prefill, untimed, as on hotswap's side
-        cache = out.past_key_values
-        token = out.logits[:, -1].argmax(-1, keepdim=True)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            out = model(token, past_key_values=cache, use_cache=True)
+        for _ in range(max(1, args.repeats)):
+            out = model(ids, use_cache=True)  # prefill, untimed, as on hotswap's side
             cache = out.past_key_values
             token = out.logits[:, -1].argmax(-1, keepdim=True)
-        seconds = time.perf_counter() - start
-    print(json.dumps({"tokens_per_second": args.batch * args.steps / seconds,
-                      "batch": args.batch, "steps": args.steps}))
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                out = model(token, past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                token = out.logits[:, -1].argmax(-1, keepdim=True)
+            rates.append(args.batch * args.steps / (time.perf_counter() - start))
+    rates.sort()
+    print(json.dumps({"tokens_per_second": rates[len(rates) // 2], "min": rates[0],
+                      "max": rates[-1], "batch": args.batch, "steps": args.steps,
+                      "dtype": str(dtype)}))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 //  - checkpoint load speed (GB/s), each repetition right after a plain sequential read() of the
 //    same files (both from a warm page cache: the files were just written), and the ratio of the
 //    medians;
-//  - generation speed: prefill tokens/s and decode tokens/s at batch 1 and batch 8.
+//  - generation speed: prefill tokens/s, and decode tokens/s at batch 1 and 8 in bfloat16 and
+//    float32, each next to Hugging Face transformers on the same checkpoint, dtype and threads
+//    (bench/hf_decode_peer.py, taking turns with hotswap) where HOTSWAP_PEER_PYTHON names a
+//    python with torch and transformers; without one the run says it skipped the peer.
 // Every figure is the median of `--reps` repetitions (5) with its range. Prints a table and one
 // JSON line per figure (`--json`: the JSON lines only).
 //
@@ -35,10 +38,33 @@ using bench::since;
 namespace {
 
 constexpr int kDecodeSteps = 8;
+constexpr int kDecodePrompt = 16;
 
 void report(const std::string& name, double value, const std::string& unit,
             const nlohmann::json& extra = nlohmann::json::object()) {
   bench::report("model_loader", name, value, unit, extra);
+}
+
+// Tokens/s of kDecodeSteps greedy steps of `batch` sequences after their first (prefill)
+// token: five repetitions of eight steps cost less than one of 32 did, and the median of five
+// is the steadier figure.
+double hotswap_decode(const model_loader::ServableModel& model,
+                      const std::vector<std::int64_t>& prompt, int batch) {
+  model_loader::SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = kDecodeSteps + 1;
+  std::vector<model_loader::Sequence> sequences;
+  for (int b = 0; b < batch; ++b)
+    sequences.emplace_back(
+        std::vector<std::int64_t>(prompt.begin(), prompt.begin() + kDecodePrompt), params);
+  std::vector<model_loader::Sequence*> pointers;
+  for (auto& seq : sequences)
+    pointers.push_back(&seq);
+  model_loader::step(model, pointers);
+  auto start = Clock::now();
+  for (int i = 0; i < kDecodeSteps; ++i)
+    model_loader::step(model, pointers);
+  return batch * kDecodeSteps / since(start);
 }
 
 }  // namespace
@@ -75,6 +101,9 @@ int main(int argc, char** argv) {
   std::uint64_t bytes = model_loader::write_synthetic_checkpoint(dir, c, synthetic);
   report("synthetic checkpoint write", bytes / since(start) / 1e9, "GB/s", {{"bytes", bytes}});
 
+  // Written back before anything is timed: a kernel flushing 300 MB of dirty pages on the same
+  // two cores took a third off the load's speed (and not the plain read's) while it ran.
+  ::sync();
   plain_read(dir);  // warm the page cache for both measurements
   std::vector<double> reads, loads;
   std::shared_ptr<model_loader::ServableModel> model;
@@ -104,30 +133,37 @@ int main(int argc, char** argv) {
   }
   bench::report_spread("model_loader", "prefill (128-token prompt)", prefill, "tokens/s");
 
-  for (int batch : {1, 8}) {
-    model_loader::SamplingParams params;
-    params.temperature = 0;
-    params.max_tokens = kDecodeSteps + 1;
-    std::vector<std::vector<std::int64_t>> prompts(
-        batch, std::vector<std::int64_t>(prompt.begin(), prompt.begin() + 16));
-    std::vector<double> rates;
-    for (int rep = 0; rep < reps; ++rep) {
-      // Time 8 decode steps after the first (prefill) token: five repetitions of them cost less
-      // than one of 32 did, and the median of five is the steadier figure.
-      std::vector<model_loader::Sequence> sequences;
-      for (auto& p : prompts)
-        sequences.emplace_back(p, params);
-      std::vector<model_loader::Sequence*> pointers;
-      for (auto& seq : sequences)
-        pointers.push_back(&seq);
-      model_loader::step(*model, pointers);
-      start = Clock::now();
-      for (int i = 0; i < kDecodeSteps; ++i)
-        model_loader::step(*model, pointers);
-      rates.push_back(batch * kDecodeSteps / since(start));
+  // Decode, bfloat16 (the checkpoint's dtype) and float32 (converted at load), batch 1 and 8;
+  // with a peer python, transformers on the same checkpoint, dtype and threads takes turns.
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  if (bench::peer_python() == nullptr) bench::say_peer_skipped();
+  for (const auto dtype : {protocol::DType::kBFloat16, protocol::DType::kFloat32}) {
+    const std::string dtype_name(protocol::dtype_name(dtype));
+    if (dtype != protocol::DType::kBFloat16) {
+      model.reset();
+      model_loader::ModelOptions options;
+      options.dtype = dtype;
+      model = model_loader::load_model(dir, options);
     }
-    bench::report_spread("model_loader", "decode batch " + std::to_string(batch), rates, "tokens/s",
-                         {{"batch", batch}});
+    for (int batch : {1, 8}) {
+      std::vector<double> rates, peer;
+      hotswap_decode(*model, prompt, batch);  // warm-up
+      for (int rep = 0; rep < reps; ++rep) {
+        rates.push_back(hotswap_decode(*model, prompt, batch));
+        if (auto t = bench::peer_decode(HOTSWAP_BENCH_DIR, dir, batch, kDecodePrompt, kDecodeSteps,
+                                        threads, dtype_name)) {
+          peer.push_back(*t);
+        }
+      }
+      const std::string what = "decode batch " + std::to_string(batch) + ", " + dtype_name;
+      const nlohmann::json extra = {{"batch", batch}, {"dtype", dtype_name}};
+      if (!peer.empty()) {
+        bench::report_against_limit("model_loader", what, rates, peer, "tokens/s",
+                                    "ratio_to_transformers", false, extra);
+      } else {
+        bench::report_spread("model_loader", what, rates, "tokens/s", extra);
+      }
+    }
   }
   if (!bench::json_only()) {
     std::printf("model: %s, %.0f MB bf16, %u threads\n", std::string(c.architecture_name()).c_str(),

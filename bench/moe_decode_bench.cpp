@@ -76,27 +76,6 @@ double hotswap_decode(const model_loader::ServableModel& model, int batch, int s
   return batch * steps / since(start);
 }
 
-// The peer's tokens/s, or nullopt when it cannot run (no HOTSWAP_PEER_PYTHON, or it failed).
-std::optional<double> peer_decode(const std::string& python, const fs::path& dir, int batch,
-                                  int steps, unsigned threads) {
-  const fs::path script = fs::path(HOTSWAP_BENCH_DIR) / "hf_decode_peer.py";
-  std::string command = "'" + python + "' '" + script.string() + "' '" + dir.string() +
-                        "' --batch " + std::to_string(batch) + " --prompt " +
-                        std::to_string(kPromptTokens) + " --steps " + std::to_string(steps) +
-                        " --threads " + std::to_string(threads) + " 2>/dev/null";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
-  if (!pipe) return std::nullopt;
-  std::string out;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe.get()) != nullptr)
-    out += buffer;
-  try {
-    return nlohmann::json::parse(out.substr(out.rfind('{'))).at("tokens_per_second").get<double>();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,17 +95,13 @@ int main(int argc, char** argv) {
   const std::uint64_t bytes = model_loader::write_synthetic_checkpoint(dir, config, synthetic);
   auto model = model_loader::load_model(dir);
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  const char* python = std::getenv("HOTSWAP_PEER_PYTHON");
+  const char* python = bench::peer_python();
   std::printf("model: %s, %.0f MB bf16, %lld experts of %lld, %lld per token, %u threads\n",
               config.architecture_name().c_str(), bytes / 1e6,
               static_cast<long long>(config.num_experts),
               static_cast<long long>(config.moe_intermediate_size),
               static_cast<long long>(config.num_experts_per_tok), threads);
-  if (python == nullptr) {
-    std::printf(
-        "peer: skipped (set HOTSWAP_PEER_PYTHON to a python with torch and "
-        "transformers to compare with Hugging Face transformers)\n");
-  }
+  if (python == nullptr) bench::say_peer_skipped();
 
   for (int batch : {1, 8}) {
     hotswap_decode(*model, batch, 4);  // warm-up
@@ -134,7 +109,10 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {  // interleaved: both see the same machine weather
       ours.push_back(hotswap_decode(*model, batch, steps));
       if (python != nullptr) {
-        if (auto t = peer_decode(python, dir, batch, steps, threads)) peer.push_back(*t);
+        if (auto t =
+                bench::peer_decode(HOTSWAP_BENCH_DIR, dir, batch, kPromptTokens, steps, threads)) {
+          peer.push_back(*t);
+        }
       }
     }
     auto a = bench::spread_of(ours);

@@ -115,4 +115,10 @@ at::Tensor Checkpoint::tensor(const std::string& name) const {
   return files_[it->second.first]->tensor(*it->second.second);
 }
 
+const SafetensorsFile* Checkpoint::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) info(name);  // throws the message
+  return files_[it->second.first].get();
+}
+
 }  // namespace hotswap::model_loader

@@ -27,6 +27,8 @@ class Checkpoint {
   const SafetensorsTensorInfo& info(const std::string& name) const;
   // A zero-copy, read-only view (see SafetensorsFile::tensor).
   at::Tensor tensor(const std::string& name) const;
+  // The shard that holds `name` (whose bytes its info() locates); ValueError for a name it lacks.
+  const SafetensorsFile* file_of(const std::string& name) const;
   // Bytes of tensor data across all shards.
   std::uint64_t total_bytes() const { return total_bytes_; }
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }

@@ -7,9 +7,12 @@
 #include <mutex>
 #include <utility>
 
+#include "model_loader/checkpoint.hpp"
 #include "model_loader/int8_quantization.hpp"
+#include "model_loader/parallel_read.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/param_meta.hpp"
+#include "transport/torch_dtype.hpp"
 
 namespace hotswap::model_loader {
 
@@ -27,32 +30,88 @@ LayerwiseReload::LayerwiseReload(ParameterStore& store, UpdateMode mode)
       shadow_(store.mapping().runtime_params().size()),
       staging_(store.mapping().runtime_params().size()) {}
 
-void LayerwiseReload::load(const std::vector<NamedTensor>& weights) {
+const CheckpointSlot* LayerwiseReload::slot_for(const std::string& name) const {
   const auto& mapping = store_.mapping();
+  if (mapping.is_skipped(name)) return nullptr;
+  const CheckpointSlot* slot = mapping.find(name);
+  if (slot == nullptr) {
+    throw protocol::ValueError("unknown checkpoint tensor '" + name +
+                               "': the model has no parameter it maps to");
+  }
+  return slot;
+}
+
+std::size_t LayerwiseReload::checked_slot(const CheckpointSlot& slot, at::IntArrayRef shape,
+                                          at::ScalarType dtype) const {
+  if (shape.vec() != slot.shape) {
+    throw protocol::ValueError("checkpoint tensor '" + slot.name + "' has shape " +
+                               protocol::shape_to_string(shape.vec()) + " but the model's is " +
+                               protocol::shape_to_string(slot.shape));
+  }
+  if (!at::isFloatingType(dtype)) {
+    throw protocol::ValueError("checkpoint tensor '" + slot.name + "' has dtype " +
+                               std::string(c10::toString(dtype)) +
+                               "; weights must be floating point");
+  }
+  return static_cast<std::size_t>(&slot - store_.mapping().slots().data());
+}
+
+void LayerwiseReload::load(const std::vector<NamedTensor>& weights) {
   std::vector<std::pair<std::size_t, const at::Tensor*>> writes;
   writes.reserve(weights.size());
   for (const auto& [name, tensor] : weights) {
-    if (mapping.is_skipped(name)) continue;
-    const CheckpointSlot* slot = mapping.find(name);
-    if (slot == nullptr) {
-      throw protocol::ValueError("unknown checkpoint tensor '" + name +
-                                 "': the model has no parameter it maps to");
-    }
+    const CheckpointSlot* slot = slot_for(name);
+    if (slot == nullptr) continue;
     if (!tensor.defined()) throw protocol::ValueError("checkpoint tensor '" + name + "' is empty");
-    if (tensor.sizes().vec() != slot->shape) {
-      throw protocol::ValueError("checkpoint tensor '" + name + "' has shape " +
-                                 protocol::shape_to_string(tensor.sizes().vec()) +
-                                 " but the model's is " + protocol::shape_to_string(slot->shape));
-    }
-    if (!at::isFloatingType(tensor.scalar_type())) {
-      throw protocol::ValueError("checkpoint tensor '" + name + "' has dtype " +
-                                 std::string(c10::toString(tensor.scalar_type())) +
-                                 "; weights must be floating point");
-    }
-    writes.emplace_back(static_cast<std::size_t>(slot - mapping.slots().data()), &tensor);
+    writes.emplace_back(checked_slot(*slot, tensor.sizes(), tensor.scalar_type()), &tensor);
   }
   for (const auto& [slot, tensor] : writes)
     write_slot(slot, *tensor);
+}
+
+void LayerwiseReload::load(const Checkpoint& checkpoint, int threads) {
+  // Every tensor is checked from the headers before any byte is read.
+  std::vector<std::pair<std::size_t, const std::string*>> slots;
+  slots.reserve(checkpoint.names().size());
+  for (const auto& name : checkpoint.names()) {
+    const CheckpointSlot* slot = slot_for(name);
+    if (slot == nullptr) continue;
+    const auto& info = checkpoint.info(name);
+    slots.emplace_back(checked_slot(*slot, info.shape, transport::to_scalar_type(info.dtype)),
+                       &name);
+  }
+  // Tensors already in the storage's dtype and layout are read straight into their rows, all
+  // at once; the rest (a dtype to convert, an int8 parameter to quantize) go through write_slot.
+  std::vector<FileRead> reads;
+  std::vector<std::size_t> direct;
+  std::vector<std::pair<std::size_t, const std::string*>> converted;
+  std::unique_lock<std::shared_mutex> live_lock;
+  for (const auto& [slot_index, name] : slots) {
+    const auto& slot = store_.mapping().slots()[slot_index];
+    const auto& info = checkpoint.info(*name);
+    if (store_.quantized(slot.param) || !store_.device().is_cpu() ||
+        transport::to_scalar_type(info.dtype) != store_.dtype() || info.nbytes() == 0) {
+      converted.emplace_back(slot_index, name);
+      continue;
+    }
+    at::Tensor rows;
+    if (mode_ == UpdateMode::kStaged) {
+      rows = slot_rows(shadow_of(slot.param), slot);
+    } else {
+      if (!live_lock.owns_lock()) live_lock = std::unique_lock(store_.mutex());
+      rows = slot_rows(store_[slot.param].value, slot);
+      wrote_live_ = true;
+    }
+    reads.push_back({checkpoint.file_of(*name), info.begin,
+                     static_cast<std::uint8_t*>(rows.data_ptr()), info.nbytes()});
+    direct.push_back(slot_index);
+  }
+  read_in_parallel(reads, threads);
+  if (live_lock.owns_lock()) live_lock.unlock();
+  for (std::size_t slot_index : direct)
+    note_received(slot_index);
+  for (const auto& [slot_index, name] : converted)
+    write_slot(slot_index, checkpoint.tensor(*name));
 }
 
 void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tensor) {

@@ -28,6 +28,8 @@
 
 namespace hotswap::model_loader {
 
+class Checkpoint;
+
 enum class UpdateMode { kStaged, kInplace };
 
 UpdateMode update_mode_from_name(std::string_view name);  // "staged" | "inplace"
@@ -39,6 +41,10 @@ class LayerwiseReload {
   // Validates every (name, tensor) of the call first (known name, matching shape, floating
   // dtype) and only then writes any byte. Tensors are copied: the caller may reuse its buffers.
   void load(const std::vector<NamedTensor>& weights);
+  // Every tensor of `checkpoint`, checked as above from its headers before any byte is read;
+  // those already in the storage's dtype are read from the files straight into their rows on
+  // `threads` threads (see parallel_read.hpp), the rest converted or quantized as load() does.
+  void load(const Checkpoint& checkpoint, int threads);
 
   // Staged sessions only: the shadow rows where checkpoint tensor `name` lands, to be filled in
   // place (by a receive) and then mark_received(name). nullopt where the tensor must go through
@@ -64,6 +70,12 @@ class LayerwiseReload {
   std::size_t received_count() const { return received_count_; }
 
  private:
+  // The slot checkpoint tensor `name` fills; null for a name the model skips, a ValueError
+  // naming it for one the model does not know.
+  const CheckpointSlot* slot_for(const std::string& name) const;
+  // `slot`'s index, once a tensor of `shape` and `dtype` is checked to fit it (ValueError).
+  std::size_t checked_slot(const CheckpointSlot& slot, at::IntArrayRef shape,
+                           at::ScalarType dtype) const;
   void write_slot(std::size_t slot, const at::Tensor& tensor);
   void note_received(std::size_t slot);
   at::Tensor& shadow_of(std::size_t param);  // staged: the param's shadow, taken on first use

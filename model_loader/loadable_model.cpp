@@ -1,11 +1,21 @@
 #include "model_loader/loadable_model.hpp"
 
+#include "model_loader/checkpoint.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
 
 // Out of line, so the vtable and type info live in exactly one library.
 LoadableModel::~LoadableModel() = default;
+
+void LoadableModel::load_weights_from(const Checkpoint& checkpoint) {
+  // One call with every tensor: the model validates the whole checkpoint before it writes.
+  std::vector<NamedTensor> weights;
+  weights.reserve(checkpoint.names().size());
+  for (const auto& name : checkpoint.names())
+    weights.emplace_back(name, checkpoint.tensor(name));
+  load_weights(weights);
+}
 
 void LoadableModel::apply_patches(const std::vector<WeightPatch>&) {
   throw protocol::RuntimeError("this model does not take sparse weight patches");

@@ -16,6 +16,7 @@
 namespace hotswap::model_loader {
 
 using NamedTensor = std::pair<std::string, at::Tensor>;
+class Checkpoint;
 
 // A sparse delta in checkpoint coordinates: `values` at the flat (row-major) positions
 // `indices` (int32, unique) of the full Hugging Face tensor `name`.
@@ -32,6 +33,10 @@ class LoadableModel {
   // Loads checkpoint-format tensors. Rejects an unknown name or a shape mismatch, naming the
   // parameter, before any byte is written.
   virtual void load_weights(const std::vector<NamedTensor>& weights) = 0;
+  // Every tensor of a checkpoint on disk, with load_weights' checks and all-or-nothing
+  // validation. The default hands load_weights zero-copy views of the files; a model may read
+  // the files straight into its storage instead.
+  virtual void load_weights_from(const Checkpoint& checkpoint);
 
   // Receiving in place: where `name`'s tensor of `dtype` and `shape` can be written directly
   // (say, by a broadcast), skipping load_weights' copy; the caller fills the view, then calls

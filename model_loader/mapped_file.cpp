@@ -87,6 +87,23 @@ void MappedFile::sync() {
   if (data_ != nullptr) HOTSWAP_POSIX_CHECK(::msync(data_, size_, MS_SYNC), "flush", path_);
 }
 
+void MappedFile::read_at(std::uint64_t offset, std::uint8_t* destination, std::size_t bytes) const {
+  std::size_t done = 0;
+  while (done < bytes) {
+    ssize_t n =
+        ::pread(fd_.get(), destination + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    HOTSWAP_POSIX_CHECK(n, "read", path_);
+    if (n == 0) {
+      throw protocol::ValueError(path_ + " ends at byte " + std::to_string(offset + done) +
+                                 ", before byte " + std::to_string(offset + bytes) +
+                                 " that its header promises: it was truncated or rewritten "
+                                 "while being read");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 void MappedFile::release() noexcept {
   if (data_ != nullptr) ::munmap(data_, size_);
   fd_.reset();

@@ -34,6 +34,11 @@ class MappedFile {
   // Flushes a writable mapping to the file (msync).
   void sync();
 
+  // Reads `bytes` bytes at `offset` of the file into `destination` with pread(), not through the
+  // mapping: no page of the mapping is touched. A file shorter than offset + bytes (truncated
+  // since it was opened) is a ValueError; an I/O error a PosixError naming the file.
+  void read_at(std::uint64_t offset, std::uint8_t* destination, std::size_t bytes) const;
+
  private:
   MappedFile(std::string path, transport::UniqueFd fd, std::uint8_t* data, std::size_t size)
       : path_(std::move(path)), fd_(std::move(fd)), data_(data), size_(size) {}

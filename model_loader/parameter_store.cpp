@@ -3,7 +3,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cstdint>
 
 #include <utility>
 
@@ -37,6 +40,20 @@ void check_fits_in_memory(const std::vector<RuntimeParam>& params, std::size_t i
   }
 }
 
+// Weights are written in bulk (a checkpoint load, a full sync into a fresh shadow) and read in
+// bulk by every decode step. On 2 MiB pages a 300 MB load takes ~150 page faults instead of
+// ~75,000 — the faults, not the copying, were most of a load's time — and decode misses the TLB
+// less. Advice only: where transparent huge pages are off, nothing changes.
+at::Tensor with_huge_pages(at::Tensor tensor) {
+  constexpr std::uintptr_t kHugePage = 2u << 20;
+  if (!tensor.device().is_cpu() || tensor.nbytes() < kHugePage) return tensor;
+  const auto start = reinterpret_cast<std::uintptr_t>(tensor.data_ptr());
+  const std::uintptr_t begin = (start + kHugePage - 1) & ~(kHugePage - 1);
+  const std::uintptr_t end = (start + tensor.nbytes()) & ~(kHugePage - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  return tensor;
+}
+
 }  // namespace
 
 ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dtype,
@@ -48,10 +65,10 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
   for (std::size_t i = 0; i < params.size(); ++i) {
     auto options = at::TensorOptions().device(device_);
     if (quantized(i)) {
-      tensors_[i].value = at::empty(params[i].shape, options.dtype(at::kChar));
+      tensors_[i].value = with_huge_pages(at::empty(params[i].shape, options.dtype(at::kChar)));
       tensors_[i].scale = at::empty({params[i].shape[0]}, options.dtype(at::kFloat));
     } else {
-      tensors_[i].value = at::empty(params[i].shape, options.dtype(dtype_));
+      tensors_[i].value = with_huge_pages(at::empty(params[i].shape, options.dtype(dtype_)));
     }
   }
 }
@@ -68,7 +85,7 @@ at::Tensor ParameterStore::take_spare(std::size_t param) {
       return std::exchange(spares_[param], {});
   }
   std::shared_lock lock(mutex_);
-  return at::empty_like(tensors_[param].value);
+  return with_huge_pages(at::empty_like(tensors_[param].value));
 }
 
 void ParameterStore::set_spare(std::size_t param, at::Tensor tensor) {

@@ -49,4 +49,9 @@ at::Tensor SafetensorsFile::tensor(const SafetensorsTensorInfo& info) const {
       [keep_alive](void*) mutable { keep_alive.reset(); }, options);
 }
 
+void SafetensorsFile::read_data(std::uint64_t offset, std::uint8_t* destination,
+                                std::size_t bytes) const {
+  file_.read_at(header_.data_start + offset, destination, bytes);
+}
+
 }  // namespace hotswap::model_loader

@@ -34,6 +34,10 @@ class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
   at::Tensor tensor(std::string_view name) const;
   at::Tensor tensor(const SafetensorsTensorInfo& info) const;
 
+  // Copies `bytes` bytes at `offset` into the data section (a tensor's info.begin and up) into
+  // `destination` with pread(): see MappedFile::read_at. Thread-safe.
+  void read_data(std::uint64_t offset, std::uint8_t* destination, std::size_t bytes) const;
+
  private:
   explicit SafetensorsFile(MappedFile file) : file_(std::move(file)) {}
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <future>
+
 #include "protocol/chunk_plan.hpp"
 #include "protocol/sender_ranks.hpp"
 #include "transport/gloo_communicator.hpp"
@@ -107,6 +109,11 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
       params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes), senders);
   const auto ring = static_cast<std::size_t>(packing.packed_num_buffers);
   if (buffers_.size() != ring) buffers_.assign(ring, at::Tensor());
+  // On the CPU, chunk k is unpacked (the model's copy into its rows) on a helper thread while
+  // chunk k+1 arrives in the next buffer of the ring; serially, every copy stalled the
+  // broadcast. On a GPU the copies are queued on the device and overlap by themselves.
+  const bool overlap = device().is_cpu() && ring > 1;
+  std::future<void> unpacking;  // the previous chunk's; joined on every exit
   for (std::size_t c = 0; c < plan.size(); ++c) {
     const auto& chunk = plan[c];
     at::Tensor& buffer = buffers_[c % ring];
@@ -118,27 +125,40 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
     }
     at::Tensor received = buffer.narrow(0, 0, bytes);
     communicator_->broadcast(received, static_cast<int>(chunk.sender_rank), context().timeout);
-
-    std::vector<model_loader::NamedTensor> weights;
-    weights.reserve(chunk.slices.size());
-    for (const auto& slice : chunk.slices) {
-      const auto& p = params[slice.param_index];
-      const auto type = transport::to_scalar_type(p.dtype);
-      at::Tensor raw = received.narrow(0, static_cast<std::int64_t>(slice.offset),
-                                       static_cast<std::int64_t>(slice.size));
-      at::Tensor tensor;
-      if (slice.offset % protocol::item_size(p.dtype) == 0) {
-        tensor = raw.view(type).view(p.shape);
-      } else {
-        // No padding on the wire: this slice starts misaligned for its dtype. Copy it out.
-        tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
-        tensor.view({-1}).view(at::kByte).copy_(raw);
-      }
-      weights.emplace_back(p.name, tensor);
-    }
-    model().load_weights(weights);  // the model copies: the buffer is free for the next chunk
     add_bytes_received(chunk.size_bytes);
+    if (unpacking.valid()) unpacking.get();  // the previous chunk's error, if it had one
+    if (overlap) {
+      unpacking = std::async(std::launch::async, [this, &params, &chunk, received] {
+        unpack(params, chunk, received);
+      });
+    } else {
+      unpack(params, chunk, received);
+    }
   }
+  if (unpacking.valid()) unpacking.get();
+}
+
+void BroadcastWeightTransferEngine::unpack(const std::vector<protocol::ParamMeta>& params,
+                                           const protocol::Chunk& chunk,
+                                           const at::Tensor& received) {
+  std::vector<model_loader::NamedTensor> weights;
+  weights.reserve(chunk.slices.size());
+  for (const auto& slice : chunk.slices) {
+    const auto& p = params[slice.param_index];
+    const auto type = transport::to_scalar_type(p.dtype);
+    at::Tensor raw = received.narrow(0, static_cast<std::int64_t>(slice.offset),
+                                     static_cast<std::int64_t>(slice.size));
+    at::Tensor tensor;
+    if (slice.offset % protocol::item_size(p.dtype) == 0) {
+      tensor = raw.view(type).view(p.shape);
+    } else {
+      // No padding on the wire: this slice starts misaligned for its dtype. Copy it out.
+      tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
+      tensor.view({-1}).view(at::kByte).copy_(raw);
+    }
+    weights.emplace_back(p.name, tensor);
+  }
+  model().load_weights(weights);  // the model copies: the buffer is free for the next chunk
 }
 
 BroadcastWeightTransferEngine::CommunicatorFactory gloo_communicator_factory() {

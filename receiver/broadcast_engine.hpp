@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/chunk_plan.hpp"
 #include "protocol/nccl_info.hpp"
 #include "receiver/weight_transfer_engine.hpp"
 #include "transport/communicator.hpp"
@@ -47,6 +48,9 @@ class BroadcastWeightTransferEngine
   void receive_packed(const std::vector<protocol::ParamMeta>& params,
                       const std::vector<std::int64_t>& senders,
                       const protocol::PackingParams& packing);
+  // Hands one received chunk's tensors to the model (which copies them out of `received`).
+  void unpack(const std::vector<protocol::ParamMeta>& params, const protocol::Chunk& chunk,
+              const at::Tensor& received);
 
   std::string name_;
   CommunicatorFactory factory_;

@@ -20,13 +20,7 @@ void DiskWeightTransferEngine::receive_weights(const protocol::DiskUpdateInfo& u
           "The disk backend accepts exactly one checkpoint per update session");
     }
     auto checkpoint = model_loader::Checkpoint::open(update_info.path);
-    // One call with every tensor (zero-copy views of the files): the model validates the whole
-    // checkpoint before it writes any byte.
-    std::vector<model_loader::NamedTensor> weights;
-    weights.reserve(checkpoint.names().size());
-    for (const auto& name : checkpoint.names())
-      weights.emplace_back(name, checkpoint.tensor(name));
-    model().load_weights(weights);
+    model().load_weights_from(checkpoint);
     add_bytes_received(checkpoint.total_bytes());
     loaded_ = true;
   } catch (...) {

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <future>
+
 #include "protocol/chunk_plan.hpp"
 #include "protocol/sender_ranks.hpp"
 #include "trainer_sdk/async_call.hpp"
@@ -382,21 +384,50 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
   }
   auto plan = protocol::plan_nccl_chunks(
       meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes), senders);
-  at::Tensor buffer;
-  for (const auto& chunk : plan) {
-    const auto bytes = static_cast<std::int64_t>(chunk.size_bytes);
-    if (!buffer.defined() || buffer.numel() < bytes) {
-      buffer = at::empty({std::max<std::int64_t>(bytes, info_.packed_buffer_size_bytes)},
-                         at::TensorOptions().dtype(at::kByte).device(group_.tensor_device()));
-    }
-    at::Tensor send = buffer.narrow(0, 0, bytes);
+  // On the CPU the packing of chunk k+1 (taking its tensors from the source and copying them in)
+  // runs on a helper thread while chunk k is on the wire, in the other of two buffers kept
+  // across rounds; serially, every chunk's copy stalled the broadcast. The source is still
+  // walked in order and one tensor at a time, by one thread at a time. On a GPU the copies are
+  // queued on the device and overlap by themselves.
+  const bool overlap = group_.tensor_device().is_cpu() && info_.packed_num_buffers > 1;
+  pack_buffers_.resize(overlap ? 2 : 1);
+  auto fill = [this, &stream](const protocol::Chunk& chunk, at::Tensor send) {
     const bool mine = chunk.sender_rank == rank_;
     for (const auto& slice : chunk.slices) {
       at::Tensor t = stream.take(slice.param_index);
       if (mine) pack_slice(send, slice, t);
     }
-    communicator_->broadcast(send, static_cast<int>(chunk.sender_rank), info_.timeout);
-    if (&chunk == &plan.front() && is_sender()) reach(RoundPoint::kMidUpdate);
+  };
+  auto buffer_for = [&](std::size_t c) {
+    const auto bytes = static_cast<std::int64_t>(plan[c].size_bytes);
+    at::Tensor& buffer = pack_buffers_[c % pack_buffers_.size()];
+    if (!buffer.defined() || buffer.numel() < bytes) {
+      buffer = at::empty({std::max<std::int64_t>(bytes, info_.packed_buffer_size_bytes)},
+                         at::TensorOptions().dtype(at::kByte).device(group_.tensor_device()));
+    }
+    return buffer.narrow(0, 0, bytes);
+  };
+  std::future<void> packing;  // the next chunk's, on its helper thread; joined on every exit
+  at::Tensor send = buffer_for(0);
+  fill(plan.front(), send);
+  for (std::size_t c = 0; c < plan.size(); ++c) {
+    at::Tensor next;
+    if (c + 1 < plan.size()) {
+      next = buffer_for(c + 1);
+      if (overlap) {
+        packing = std::async(std::launch::async, fill, std::cref(plan[c + 1]), next);
+      }
+    }
+    communicator_->broadcast(send, static_cast<int>(plan[c].sender_rank), info_.timeout);
+    if (c == 0 && is_sender()) reach(RoundPoint::kMidUpdate);
+    if (c + 1 < plan.size()) {
+      if (overlap) {
+        packing.get();  // rethrows the source's error, before chunk c+1 goes out
+      } else {
+        fill(plan[c + 1], next);
+      }
+    }
+    send = next;
   }
   stream.finish();
 }

@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -99,8 +100,9 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   std::vector<protocol::ParamMeta> layout_;
   std::vector<std::int64_t> senders_;
   std::uint64_t round_ = 0;
-  std::optional<RankShare> share_;  // many senders: what this rank's pass visits and sends
-  at::Tensor scratch_;              // where a rank receives what others send
+  std::optional<RankShare> share_;        // many senders: what this rank's pass visits and sends
+  at::Tensor scratch_;                    // where a rank receives what others send
+  std::vector<at::Tensor> pack_buffers_;  // packed chunks: two on the CPU (see transmit)
 };
 
 // The `nccl` backend's trainer side: BroadcastTrainerEngine from a GPU, over NCCL, with either

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "model_loader/int8_quantization.hpp"
+#include "model_loader/linear.hpp"
 #include "protocol/errors.hpp"
 #include "transport/tensor_digest.hpp"
 #include "transport/torch_dtype.hpp"
@@ -85,6 +86,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   // float32 there, keeping float16 storage.
   compute_dtype_ = store_.dtype();
   if (compute_dtype_ == at::kHalf && options_.device.is_cpu()) compute_dtype_ = at::kFloat;
+  attention_dtype_ = options_.device.is_cpu() ? at::kFloat : compute_dtype_;
   // Every table and helper lives on the model's device: one op over tensors of two devices is
   // an error, and a table on the CPU would be copied over at every step if it were not.
   inv_freq_ = rope_inverse_frequencies(config_).to(store_.device());
@@ -124,11 +126,8 @@ void LlamaModel::load_checkpoint(const Checkpoint& checkpoint) {
   std::lock_guard lock(reload_mutex_);
   if (reload_) throw protocol::RuntimeError("cannot load a checkpoint during a weight update");
   LayerwiseReload session(store_, UpdateMode::kInplace);
-  for (const auto& name : checkpoint.names()) {
-    at::Tensor tensor = checkpoint.tensor(name);
-    session.load({{name, tensor}});
-    checkpoint_dtypes_[name] = tensor.scalar_type();
-  }
+  session.load(checkpoint, at::get_num_threads());
+  note_checkpoint_dtypes(checkpoint);
   session.finish(/*require_complete=*/true);
   dirty_ = false;
 }
@@ -154,6 +153,29 @@ void LlamaModel::load_weights(const std::vector<NamedTensor>& weights) {
   if (reload_->wrote_live()) dirty_ = true;
   for (const auto& [name, tensor] : weights) {
     if (mapping_.find(name) != nullptr) checkpoint_dtypes_[name] = tensor.scalar_type();
+  }
+}
+
+void LlamaModel::load_weights_from(const Checkpoint& checkpoint) {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) {
+    throw protocol::RuntimeError("load_weights called outside a weight reload; start one first");
+  }
+  try {
+    reload_->load(checkpoint, at::get_num_threads());
+  } catch (...) {
+    if (reload_->wrote_live()) dirty_ = true;
+    throw;
+  }
+  if (reload_->wrote_live()) dirty_ = true;
+  note_checkpoint_dtypes(checkpoint);
+}
+
+void LlamaModel::note_checkpoint_dtypes(const Checkpoint& checkpoint) {
+  for (const auto& name : checkpoint.names()) {
+    if (mapping_.find(name) != nullptr) {
+      checkpoint_dtypes_[name] = transport::to_scalar_type(checkpoint.info(name).dtype);
+    }
   }
 }
 
@@ -271,10 +293,22 @@ bool LlamaModel::is_dirty() const {
 
 // ---- forward -------------------------------------------------------------------------------
 
-at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param) const {
+at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param,
+                              std::optional<c10::ScalarType> out) const {
   const auto& t = store_[param];
-  if (t.scale.defined()) return int8_linear(x, t.value, t.scale);
-  return at::matmul(x, t.value.to(x.scalar_type()).t());
+  if (t.scale.defined()) {
+    at::Tensor y = int8_linear(x, t.value, t.scale);
+    return out ? y.to(*out) : y;
+  }
+  return apply_linear(x, t.value, out);
+}
+
+// The bias joins the float32 product before the one rounding to x's dtype, as one fused
+// addmm (transformers' F.linear) computes it, rather than after it.
+at::Tensor LlamaModel::linear_with_bias(const at::Tensor& x, std::size_t param,
+                                        std::size_t bias) const {
+  if (bias == kNone) return linear(x, param);
+  return (linear(x, param, at::kFloat) + store_[bias].value.to(at::kFloat)).to(x.scalar_type());
 }
 
 // A sparse layer's MLP as transformers computes it: the router's softmax over the experts in
@@ -284,7 +318,9 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param) const {
 at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const {
   const ModelConfig& c = config_;
   const std::int64_t k = c.num_experts_per_tok, inter = c.moe_intermediate_size;
-  at::Tensor probs = at::softmax(linear(x, p.router).to(at::kFloat), -1);
+  // Router logits straight to float32 (transformers rounds them to the activations' dtype
+  // first): a near-tie between two experts is then decided as float32 compute decides it.
+  at::Tensor probs = at::softmax(linear(x, p.router, at::kFloat), -1);
   auto [weights, chosen] = probs.topk(k, -1);  // [tokens, k]
   if (c.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   if (!c.router_weights_float32) weights = weights.to(x.scalar_type());
@@ -299,18 +335,19 @@ at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const 
 
   const at::Tensor& w13 = store_[p.w13].value;
   const at::Tensor& w2 = store_[p.w2].value;
-  at::Tensor out = at::zeros_like(x);
+  // Experts' outputs add up in float32 and are rounded once.
+  at::Tensor out = at::zeros_like(x, x.options().dtype(at::kFloat));
   std::int64_t start = 0;
   for (std::int64_t e = 0; e < c.num_experts; ++e) {
     if (count[e] == 0) continue;
     at::Tensor tokens = token_of.narrow(0, start, count[e]);
-    at::Tensor gate_up = at::matmul(x.index({tokens}), w13[e].to(x.scalar_type()).t());
+    at::Tensor gate_up = apply_linear(x.index({tokens}), w13[e]);
     at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-    at::Tensor y = at::matmul(m, w2[e].to(x.scalar_type()).t());
-    out.index_add_(0, tokens, (y * weight_of.narrow(0, start, count[e])).to(x.scalar_type()));
+    at::Tensor y = apply_linear(m, w2[e]);
+    out.index_add_(0, tokens, (y * weight_of.narrow(0, start, count[e])).to(at::kFloat));
     start += count[e];
   }
-  return out;
+  return out.to(x.scalar_type());
 }
 
 // HF's RMSNorm: normalize in float32, cast back, then scale by the weight.
@@ -415,8 +452,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerParams& p = layers_[l];
     at::Tensor x = rms_norm(h, p.input_norm);
-    at::Tensor qkv = linear(x, p.qkv);
-    if (p.qkv_bias != kNone) qkv = qkv + store_[p.qkv_bias].value.to(compute_dtype_);
+    at::Tensor qkv = linear_with_bias(x, p.qkv, p.qkv_bias);
     at::Tensor q = qkv.narrow(1, 0, heads * hd).reshape({n, heads, hd});
     at::Tensor k = qkv.narrow(1, heads * hd, kv_heads * hd).reshape({n, kv_heads, hd});
     at::Tensor v = qkv.narrow(1, (heads + kv_heads) * hd, kv_heads * hd).reshape({n, kv_heads, hd});
@@ -442,18 +478,22 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
         kk = kk.unsqueeze(1).expand({kv_heads, group, keys, hd}).reshape({heads, keys, hd});
         vv = vv.unsqueeze(1).expand({kv_heads, group, keys, hd}).reshape({heads, keys, hd});
       }
-      at::Tensor qq = q.narrow(0, offset, len).transpose(0, 1);  // [heads, len, hd]
-      at::Tensor scores = at::matmul(qq, kk.transpose(1, 2)).to(at::kFloat) * scaling;
+      // [heads, len, hd]
+      at::Tensor qq = q.narrow(0, offset, len).transpose(0, 1).to(attention_dtype_);
+      at::Tensor scores =
+          at::matmul(qq, kk.to(attention_dtype_).transpose(1, 2)).to(at::kFloat) * scaling;
       if (masks[i].defined()) {
         scores = scores.masked_fill(masks[i], -std::numeric_limits<float>::infinity());
       }
-      at::Tensor probs = at::softmax(scores, -1).to(compute_dtype_);
-      outputs.push_back(at::matmul(probs, vv).transpose(0, 1).reshape({len, heads * hd}));
+      at::Tensor probs = at::softmax(scores, -1).to(attention_dtype_);
+      outputs.push_back(at::matmul(probs, vv.to(attention_dtype_))
+                            .to(compute_dtype_)
+                            .transpose(0, 1)
+                            .reshape({len, heads * hd}));
       offset += len;
     }
     at::Tensor attn = outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
-    at::Tensor o = linear(attn, p.o);
-    if (p.o_bias != kNone) o = o + store_[p.o_bias].value.to(compute_dtype_);
+    at::Tensor o = linear_with_bias(attn, p.o, p.o_bias);
     h = h + o;
 
     x = rms_norm(h, p.post_norm);
@@ -479,7 +519,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     h = h.index({at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store_.device())});
   }
   h = rms_norm(h, final_norm_);
-  return linear(h, lm_head_).to(at::kFloat);
+  return linear(h, lm_head_, at::kFloat);
 }
 
 // ---- checksums -----------------------------------------------------------------------------

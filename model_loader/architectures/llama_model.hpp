@@ -35,6 +35,7 @@ class LlamaModel final : public ServableModel {
 
   // LoadableModel: a layerwise reload session. load_weights outside one is a RuntimeError.
   void load_weights(const std::vector<NamedTensor>& weights) override;
+  void load_weights_from(const Checkpoint& checkpoint) override;
   void start_reload() override;
   void finish_reload() override;
   void abort_reload() override;
@@ -57,6 +58,8 @@ class LlamaModel final : public ServableModel {
   std::map<std::string, std::string> checkpoint_checksums() const override;
 
  private:
+  // Records each mapped tensor's dtype as the checkpoint holds it (for checkpoint checksums).
+  void note_checkpoint_dtypes(const Checkpoint& checkpoint);
   // A sparse patch checked and mapped onto its runtime parameter's flat positions.
   struct ResolvedPatch {
     const CheckpointSlot* slot;
@@ -65,7 +68,11 @@ class LlamaModel final : public ServableModel {
   };
   std::vector<ResolvedPatch> resolve_patches(const std::vector<WeightPatch>& patches) const;
 
-  at::Tensor linear(const at::Tensor& x, std::size_t param) const;
+  // x Wᵀ in x's dtype, or in `out` (the logits: float32, never rounded to bfloat16 first).
+  at::Tensor linear(const at::Tensor& x, std::size_t param,
+                    std::optional<c10::ScalarType> out = std::nullopt) const;
+  // linear(x, param) + bias (kNone: none), rounded once.
+  at::Tensor linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias) const;
   at::Tensor rms_norm(const at::Tensor& x, std::size_t param) const;
   // cos and sin of the rotary angles at `positions`, [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
@@ -75,6 +82,9 @@ class LlamaModel final : public ServableModel {
   WeightMapping mapping_;
   ParameterStore store_;
   c10::ScalarType compute_dtype_;
+  // Attention's two matmuls: float32 on the CPU, where libtorch 1.13's bfloat16 batched matmul
+  // is a slow scalar loop that rounds more than transformers' does; compute_dtype_ elsewhere.
+  c10::ScalarType attention_dtype_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2], on the model's device
 
   // A layer's runtime parameters; kNone for those it does not have (a sparse layer has a router

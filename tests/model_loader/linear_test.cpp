@@ -1,0 +1,79 @@
+#include "model_loader/linear.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
+
+#include "protocol/errors.hpp"
+
+using namespace hotswap;
+
+namespace {
+
+// x Wᵀ in float64, from the same (already rounded) inputs: what every path must approach.
+at::Tensor exact(const at::Tensor& x, const at::Tensor& w) {
+  return at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+}
+
+double max_relative_error(const at::Tensor& got, const at::Tensor& want) {
+  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(linear)
+
+// Every row count the kernel takes, and widths that leave a tail after its 16-wide steps.
+BOOST_AUTO_TEST_CASE(small_batch_kernel_matches_float64_for_both_weight_dtypes) {
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (std::int64_t rows : {1, 3, 8}) {
+      for (std::int64_t in : {16, 37, 200}) {
+        at::Tensor w = at::randn({67, in}).to(dtype);
+        at::Tensor x = at::randn({rows, in});
+        at::Tensor y = model_loader::small_batch_linear(x, w);
+        BOOST_TEST(y.scalar_type() == at::kFloat);
+        BOOST_TEST(y.sizes().vec() == (std::vector<std::int64_t>{rows, 67}));
+        BOOST_TEST(max_relative_error(y, exact(x, w)) < 1e-5,
+                   c10::toString(dtype) << " rows " << rows << " in " << in);
+      }
+    }
+  }
+}
+
+// Whatever path a shape takes (sgemv, the kernel, a float32 copy of a bfloat16 weight, plain
+// matmul), the result is x's dtype (or the one asked for) and rounded once from float32.
+BOOST_AUTO_TEST_CASE(every_path_rounds_once_to_the_dtype_asked) {
+  for (std::int64_t rows : {1, 4, 8, 9, 40}) {
+    at::Tensor w = at::randn({33, 48}).to(at::kBFloat16);
+    at::Tensor x = at::randn({rows, 48}).to(at::kBFloat16);
+    at::Tensor want = exact(x, w);
+    at::Tensor y = model_loader::apply_linear(x, w);
+    BOOST_TEST(y.scalar_type() == at::kBFloat16);
+    // One rounding to bfloat16: within half an ulp of 8 bits of mantissa, relative.
+    BOOST_TEST(
+        ((y.to(at::kDouble) - want).abs() <= want.abs() * (1.0 / 256) + 1e-6).all().item<bool>(),
+        "rows " << rows);
+    at::Tensor logits = model_loader::apply_linear(x, w, at::kFloat);
+    BOOST_TEST(logits.scalar_type() == at::kFloat);
+    BOOST_TEST(max_relative_error(logits, want) < 1e-5, "rows " << rows);
+
+    at::Tensor wf = w.to(at::kFloat), xf = x.to(at::kFloat);
+    BOOST_TEST(max_relative_error(model_loader::apply_linear(xf, wf), want) < 1e-5);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(small_batch_kernel_refuses_what_it_does_not_take) {
+  at::Tensor w = at::randn({8, 16});
+  BOOST_CHECK_THROW(model_loader::small_batch_linear(at::randn({9, 16}), w), protocol::ValueError);
+  BOOST_CHECK_THROW(model_loader::small_batch_linear(at::randn({1, 15}), w), protocol::ValueError);
+  BOOST_CHECK_THROW(model_loader::small_batch_linear(at::randn({1, 16}), w.to(at::kDouble)),
+                    protocol::ValueError);
+  BOOST_CHECK_THROW(model_loader::small_batch_linear(at::randn({1, 8}), w.t()),
+                    protocol::ValueError);  // not contiguous
+}
+
+BOOST_AUTO_TEST_SUITE_END()
