@@ -106,10 +106,12 @@ bool has_avx2_fma() {
 #endif
 
 template <class W>
-void dot_rows(const float* x, std::int64_t rows, const W* w, std::int64_t in, float* out,
-              std::int64_t begin, std::int64_t end, std::int64_t out_stride) {
+void dot_rows(DotKernel kernel, const float* x, std::int64_t rows, const W* w, std::int64_t in,
+              float* out, std::int64_t out_stride, std::int64_t begin, std::int64_t end) {
 #if defined(__x86_64__)
-  if (has_avx2_fma()) return dot_rows_avx2(x, rows, w, in, out, out_stride, begin, end);
+  if (kernel == DotKernel::kBest && has_avx2_fma()) {
+    return dot_rows_avx2(x, rows, w, in, out, out_stride, begin, end);
+  }
 #endif
   dot_rows_portable(x, rows, w, in, out, out_stride, begin, end);
 }
@@ -122,7 +124,7 @@ bool small_batch_applies(const at::Tensor& x, const at::Tensor& weight) {
 
 }  // namespace
 
-at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight) {
+at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, DotKernel kernel) {
   if (!small_batch_applies(x, weight)) {
     throw protocol::ValueError(
         "small_batch_linear takes up to " + std::to_string(kSmallBatchRows) +
@@ -136,9 +138,10 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight) {
   // Each thread takes whole weight rows: at least 64 per task, so a task reads ≥ 64 KiB.
   at::parallel_for(0, out_features, 64, [&](std::int64_t begin, std::int64_t end) {
     if (weight.scalar_type() == at::kFloat) {
-      dot_rows(xp, rows, weight.data_ptr<float>(), in, op, begin, end, out_features);
+      dot_rows(kernel, xp, rows, weight.data_ptr<float>(), in, op, out_features, begin, end);
     } else {
-      dot_rows(xp, rows, weight.data_ptr<c10::BFloat16>(), in, op, begin, end, out_features);
+      dot_rows(kernel, xp, rows, weight.data_ptr<c10::BFloat16>(), in, op, out_features, begin,
+               end);
     }
   });
   return out;

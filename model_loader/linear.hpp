@@ -29,8 +29,13 @@ inline constexpr std::int64_t kSmallBatchRows = 8;
 at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
                         std::optional<at::ScalarType> out = std::nullopt);
 
+// Which dot-product kernel: the fastest this CPU runs (AVX2 + FMA where it has them), or the
+// portable one that runs everywhere (so that tests drive it on any machine).
+enum class DotKernel { kBest, kPortable };
+
 // The small-batch kernel alone, for tests and benchmarks: x [rows, in], weight [out, in]
 // contiguous float32 or bfloat16 on the CPU; float32 [rows, out].
-at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight);
+at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight,
+                              DotKernel kernel = DotKernel::kBest);
 
 }  // namespace hotswap::model_loader
