@@ -19,7 +19,9 @@ constexpr std::size_t kPieceBytes = 4u << 20;
 
 void read_in_parallel(const std::vector<FileRead>& reads, int threads) {
   std::vector<FileRead> pieces;
+  std::size_t total = 0;
   for (const auto& read : reads) {
+    total += read.bytes;
     for (std::size_t done = 0; done < read.bytes; done += kPieceBytes) {
       pieces.push_back({read.file, read.offset + done, read.destination + done,
                         std::min(kPieceBytes, read.bytes - done)});
@@ -42,8 +44,10 @@ void read_in_parallel(const std::vector<FileRead>& reads, int threads) {
       }
     }
   };
-  const std::size_t helpers =
-      std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)) - 1, pieces.size());
+  // A helper per piece of work at most: a small checkpoint (a few MB, a control round's) is read
+  // on the calling thread alone, without paying for starting threads.
+  const std::size_t helpers = std::min<std::size_t>(
+      static_cast<std::size_t>(std::max(threads, 1)) - 1, total / kPieceBytes);
   std::vector<std::jthread> pool;
   pool.reserve(helpers);
   for (std::size_t t = 0; t < helpers; ++t)
