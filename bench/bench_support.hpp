@@ -53,7 +53,15 @@ inline bool& json_only() {
 
 inline void report(const std::string& bench, const std::string& what, double value,
                    const std::string& unit, nlohmann::json extra = {}) {
-  if (!json_only()) std::printf("%-56s %10.3f %s\n", what.c_str(), value, unit.c_str());
+  if (!json_only()) {
+    std::printf("%-56s %10.3f %s", what.c_str(), value, unit.c_str());
+    if (extra.contains("budget_gb")) {
+      const double budget = extra["budget_gb"].get<double>();
+      std::printf("; budget %.3f %s (%s)", budget, unit.c_str(),
+                  value <= budget ? "within" : "OVER");
+    }
+    std::printf("\n");
+  }
   nlohmann::json line = {{"bench", bench}, {"measure", what}, {"value", value}, {"unit", unit}};
   if (extra.is_object()) line.update(extra);
   std::cout << line.dump() << std::endl;
@@ -119,13 +127,25 @@ inline void report_against_limit(const std::string& bench, const std::string& wh
   std::cout << line.dump() << std::endl;
 }
 
-// Peak resident set (VmHWM) of a process, in bytes.
-inline std::uint64_t peak_rss(pid_t pid) {
+// A "Name:   N kB" field of /proc/<pid>/status, in bytes (0 when absent).
+inline std::uint64_t status_bytes(pid_t pid, const std::string& field) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+    if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1)) * 1024;
   }
   return 0;
+}
+
+// Peak resident set (VmHWM) of a process, in bytes.
+inline std::uint64_t peak_rss(pid_t pid) {
+  return status_bytes(pid, "VmHWM");
+}
+
+// The resident pages of files a process maps (RssFile): for a worker, the code of libtorch and
+// the libraries it loads (~0.1 GB, shared with every process that uses them, the same whatever
+// the model); checkpoints are read, not mapped.
+inline std::uint64_t resident_file_bytes(pid_t pid) {
+  return status_bytes(pid, "RssFile");
 }
 
 // A bf16 Llama of about `gigabytes`: 2048 wide, vocab 32000, layers chosen for the size (each

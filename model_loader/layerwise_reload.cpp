@@ -12,6 +12,7 @@
 #include "model_loader/parallel_read.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/param_meta.hpp"
+#include "transport/byte_copy.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::model_loader {
@@ -124,12 +125,12 @@ void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tenso
       staging_[p] = at::empty(store_.mapping().runtime_params()[p].shape,
                               at::TensorOptions().dtype(store_.dtype()).device(store_.device()));
     }
-    rows_of(staging_[p]).copy_(tensor);
+    transport::copy_tensor(rows_of(staging_[p]), tensor);
   } else if (mode_ == UpdateMode::kStaged) {
-    rows_of(shadow_of(p)).copy_(tensor);
+    transport::copy_tensor(rows_of(shadow_of(p)), tensor);
   } else {
     std::unique_lock lock(store_.mutex());
-    rows_of(store_[p].value).copy_(tensor);
+    transport::copy_tensor(rows_of(store_[p].value), tensor);
     wrote_live_ = true;
   }
 
@@ -246,7 +247,8 @@ void LayerwiseReload::finish(bool require_complete) {
         if (received_[s]) continue;
         const auto& slot = mapping.slots()[s];
         std::shared_lock lock(store_.mutex());
-        slot_rows(shadow_[p]->value, slot).copy_(slot_rows(store_[p].value, slot));
+        transport::copy_tensor(slot_rows(shadow_[p]->value, slot),
+                               slot_rows(store_[p].value, slot));
       }
     }
     std::unique_lock lock(store_.mutex());

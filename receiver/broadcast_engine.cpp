@@ -6,6 +6,7 @@
 
 #include "protocol/chunk_plan.hpp"
 #include "protocol/sender_ranks.hpp"
+#include "transport/byte_copy.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -154,7 +155,7 @@ void BroadcastWeightTransferEngine::unpack(const std::vector<protocol::ParamMeta
     } else {
       // No padding on the wire: this slice starts misaligned for its dtype. Copy it out.
       tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
-      tensor.view({-1}).view(at::kByte).copy_(raw);
+      transport::copy_tensor(tensor.view({-1}).view(at::kByte), raw);
     }
     weights.emplace_back(p.name, tensor);
   }

@@ -3,9 +3,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
-#include <cstring>
+#include <algorithm>
 
 #include "protocol/chunk_plan.hpp"
+#include "transport/byte_copy.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
@@ -111,6 +112,41 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
   }
 }
 
+void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
+                                            const protocol::ChunkSlice& slice,
+                                            const protocol::ParamMeta& p) {
+  const auto type = transport::to_scalar_type(p.dtype);
+  const std::uint8_t* chunk = nullptr;
+  auto wait_for = [&](std::size_t end) {
+    chunk = ring_->acquire_for_read(sequence, end, context().timeout, &trainer_gone_);
+  };
+  auto destination = model().destination_for(p.name, type, p.shape);
+  if (destination && destination->device().is_cpu() && destination->is_contiguous()) {
+    // Straight into the staged rows, piece by piece right behind the trainer's copy.
+    auto* to = static_cast<std::uint8_t*>(destination->data_ptr());
+    for (std::size_t done = 0; done < slice.size;) {
+      const std::size_t n = std::min(transport::ShmRing::kStreamPieceBytes, slice.size - done);
+      wait_for(slice.offset + done + n);
+      transport::copy_bytes(to + done, chunk + slice.offset + done, n);
+      done += n;
+    }
+    ring_->check_intact();  // zeros read from a shrunk buffer are never weights
+    model().mark_received(p.name);
+    return;
+  }
+  wait_for(slice.offset + slice.size);
+  at::Tensor t;
+  if (slice.offset % protocol::item_size(p.dtype) == 0 && slice.size > 0) {
+    t = view_of(chunk + slice.offset, p);  // the model copies it once, where it belongs
+  } else {
+    // Misaligned for its dtype: copied out first.
+    t = at::empty(p.shape, at::TensorOptions().dtype(type));
+    if (slice.size > 0) transport::copy_bytes(t.data_ptr(), chunk + slice.offset, slice.size);
+  }
+  model().load_weights({{p.name, t.to(device())}});
+  ring_->check_intact();  // zeros read from a shrunk buffer are never weights
+}
+
 void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& update_info) {
   if (!ring_) {
     throw protocol::RuntimeError(
@@ -126,23 +162,10 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
     load_from_arena(update_info);
     for (std::size_t c = 0; c < plan.size(); ++c) {
       const auto sequence = static_cast<std::uint64_t>(update_info.first_sequence) + c;
-      const std::uint8_t* chunk =
-          ring_->acquire_for_read(sequence, context().timeout, &trainer_gone_);
-      std::vector<model_loader::NamedTensor> weights;
       for (const auto& slice : plan[c].slices) {
         const auto& p = update_info.params[indices[slice.param_index]];
-        at::Tensor t;
-        if (slice.offset % protocol::item_size(p.dtype) == 0 && slice.size > 0) {
-          t = view_of(chunk + slice.offset, p);  // the model copies it once, where it belongs
-        } else {
-          // Misaligned for its dtype: copied out first.
-          t = at::empty(p.shape, at::TensorOptions().dtype(transport::to_scalar_type(p.dtype)));
-          if (slice.size > 0) std::memcpy(t.data_ptr(), chunk + slice.offset, slice.size);
-        }
-        weights.emplace_back(p.name, t.to(device()));
+        receive_slice(sequence, slice, p);
       }
-      model().load_weights(weights);
-      ring_->check_intact();     // zeros read from a shrunk buffer are never weights
       ring_->release(sequence);  // only now may the trainer refill the buffer
       add_bytes_received(plan[c].size_bytes);
     }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 
+#include "protocol/chunk_plan.hpp"
 #include "protocol/shm_info.hpp"
 #include "receiver/weight_transfer_engine.hpp"
 #include "transport/process_watch.hpp"
@@ -48,6 +49,9 @@ class ShmWeightTransferEngine final
 
  private:
   void load_from_arena(const protocol::ShmUpdateInfo& update_info);
+  // One tensor of chunk `sequence`, as soon as its bytes are in the buffer.
+  void receive_slice(std::uint64_t sequence, const protocol::ChunkSlice& slice,
+                     const protocol::ParamMeta& p);
   void close_channel();
 
   std::unique_ptr<transport::ShmRing> ring_;

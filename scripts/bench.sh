@@ -63,6 +63,9 @@ for line in open(sys.argv[1]):
                   if k.startswith("ratio") and isinstance(v, (int, float))), "")
     rng = f"{spread['min']:.3g}-{spread['max']:.3g}" if spread else ""
     lim = f"{limit['median']:.3g} ({limit['min']:.3g}-{limit['max']:.3g})" if limit else ""
+    if "budget_gb" in f:
+        lim = f"budget {f['budget_gb']:.3g}"
+        ratio = f"of budget {f['value'] / f['budget_gb']:.2f}x"
     rows.append((f.get("bench", ""), f["measure"], f"{f['value']:.4g} {f.get('unit', '')}", rng,
                  lim, ratio))
 for path in sorted(glob.glob(os.path.join(sys.argv[2], "*.json"))):

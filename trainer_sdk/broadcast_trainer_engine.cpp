@@ -9,6 +9,7 @@
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/rank_holdings.hpp"
 #include "trainer_sdk/round_hook.hpp"
+#include "transport/byte_copy.hpp"
 #include "transport/exception_text.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/rendezvous_store.hpp"
@@ -28,8 +29,9 @@ protocol::NcclInitInfo BroadcastTransferParams::worker_init_info() const {
 
 void pack_slice(at::Tensor& chunk, const protocol::ChunkSlice& slice, const at::Tensor& tensor) {
   if (slice.size == 0) return;
-  chunk.narrow(0, static_cast<std::int64_t>(slice.offset), static_cast<std::int64_t>(slice.size))
-      .copy_(tensor.contiguous().view({-1}).view(at::kByte));
+  transport::copy_tensor(chunk.narrow(0, static_cast<std::int64_t>(slice.offset),
+                                      static_cast<std::int64_t>(slice.size)),
+                         tensor.contiguous().view({-1}).view(at::kByte));
 }
 
 BroadcastTrainerEngine::BroadcastTrainerEngine(std::shared_ptr<WeightSyncClient> client,

@@ -2,14 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "protocol/chunk_plan.hpp"
 #include "protocol/shm_info.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/round_hook.hpp"
+#include "transport/byte_copy.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -69,6 +70,10 @@ void ShmTrainerEngine::send_weights() {
   }
   auto plan = protocol::plan_ipc_chunks(round.buffered_params(), ring_->buffer_bytes());
   const nlohmann::json update_info = round.to_json();
+  // The round's sequence numbers are taken before any byte moves: a round that fails part-way
+  // leaves no chunk that a later round's could be mistaken for.
+  const std::uint64_t first_sequence = next_sequence_;
+  next_sequence_ += plan.size();
 
   client().start_weight_update();
   reach(RoundPoint::kStarted);
@@ -95,11 +100,18 @@ void ShmTrainerEngine::send_weights() {
     }
   };
   for (std::size_t c = 0; c < plan.size(); ++c) {
-    const std::uint64_t sequence = next_sequence_ + c;
+    const std::uint64_t sequence = first_sequence + c;
     std::uint8_t* out = ring_->acquire_for_write(sequence, info_.timeout);
     for (const auto& slice : plan[c].slices) {
       at::Tensor t = next_buffered();
-      if (slice.size > 0) std::memcpy(out + slice.offset, t.data_ptr(), slice.size);
+      // Piece by piece, each made visible as it lands: the workers copy out right behind.
+      const auto* from = static_cast<const std::uint8_t*>(t.data_ptr());
+      for (std::size_t done = 0; done < slice.size;) {
+        const std::size_t n = std::min(transport::ShmRing::kStreamPieceBytes, slice.size - done);
+        transport::copy_bytes(out + slice.offset + done, from + done, n);
+        done += n;
+        ring_->advance(sequence, slice.offset + done);
+      }
     }
     ring_->publish(sequence);
     if (c == 0) reach(RoundPoint::kMidUpdate);
@@ -110,7 +122,6 @@ void ShmTrainerEngine::send_weights() {
   while (stream.position() < meta.size())
     take();  // the arena tensors after the last buffered one
   stream.finish();
-  next_sequence_ += plan.size();
   ring_->drain(info_.timeout);
   update.wait(info_.timeout, "update_weights");
   reach(RoundPoint::kBeforeFinish);

@@ -26,6 +26,14 @@ bool wait_until(Done done, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+bool ShmRing::free_to_write(const Control& h) {
+  // Free once the chunk last copied in (if any) was released by every consumer; or when it was
+  // never published: its round failed part-way and no consumer will finish reading it.
+  const std::uint64_t published = h.published.load(std::memory_order_acquire);
+  return published == 0 || h.filling.load(std::memory_order_acquire) != published ||
+         h.released.load(std::memory_order_acquire) >= h.consumers.load();
+}
+
 ShmRing::Control& ShmRing::control(std::size_t slot) const {
   return *std::launder(reinterpret_cast<Control*>(segments_[slot].payload()));
 }
@@ -41,6 +49,8 @@ ShmRing ShmRing::create(const std::vector<std::string>& names, std::size_t buffe
     c->published.store(0);
     c->released.store(0);
     c->consumers.store(static_cast<std::uint64_t>(consumers));
+    c->filling.store(0);
+    c->filled.store(0);
   }
   return ring;
 }
@@ -89,36 +99,33 @@ std::uint8_t* ShmRing::acquire_for_write(std::uint64_t sequence,
                                          std::chrono::milliseconds timeout) {
   std::size_t slot = sequence % slots();
   Control& h = control(slot);
-  // The slot is free once its last chunk (if any) was released by every consumer.
-  bool free = wait_until(
-      [&] {
-        return h.published.load(std::memory_order_acquire) == 0 ||
-               h.released.load(std::memory_order_acquire) >= h.consumers.load();
-      },
-      timeout);
+  bool free = wait_until([&] { return free_to_write(h); }, timeout);
   if (!free) {
     throw protocol::TimeoutError("shm: the workers did not release buffer " +
                                  segments_[slot].name() + " within " +
                                  std::to_string(timeout.count()) + " ms");
   }
+  // Counted afresh from here, not at the publish: a streaming consumer may release the chunk
+  // before the producer has published it.
+  h.released.store(0, std::memory_order_relaxed);
+  h.filled.store(0, std::memory_order_relaxed);
+  h.filling.store(sequence, std::memory_order_release);
   return data(slot);
+}
+
+void ShmRing::advance(std::uint64_t sequence, std::size_t bytes) {
+  control(sequence % slots()).filled.store(bytes, std::memory_order_release);
 }
 
 void ShmRing::publish(std::uint64_t sequence) {
   Control& h = control(sequence % slots());
-  h.released.store(0, std::memory_order_relaxed);
   h.published.store(sequence, std::memory_order_release);  // the data is visible from here
 }
 
 void ShmRing::drain(std::chrono::milliseconds timeout) {
   for (std::size_t slot = 0; slot < slots(); ++slot) {
     Control& h = control(slot);
-    bool done = wait_until(
-        [&] {
-          return h.published.load(std::memory_order_acquire) == 0 ||
-                 h.released.load(std::memory_order_acquire) >= h.consumers.load();
-        },
-        timeout);
+    bool done = wait_until([&] { return free_to_write(h); }, timeout);
     if (!done) {
       throw protocol::TimeoutError("shm: the workers did not finish reading " +
                                    segments_[slot].name() + " within " +
@@ -127,7 +134,7 @@ void ShmRing::drain(std::chrono::milliseconds timeout) {
   }
 }
 
-const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence,
+const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence, std::size_t bytes,
                                               std::chrono::milliseconds timeout,
                                               const std::atomic<bool>* producer_gone) {
   std::size_t slot = sequence % slots();
@@ -137,10 +144,13 @@ const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence,
   bool faulted = false, gone = false;
   const bool arrived = wait_until(
       [&] {
-        const std::uint64_t published = h.published.load(std::memory_order_acquire);
+        // `filling` before `filled`: a count read after the chunk's number is its own.
+        const bool streamed = h.filling.load(std::memory_order_acquire) == sequence &&
+                              h.filled.load(std::memory_order_acquire) >= bytes;
+        const bool published = h.published.load(std::memory_order_acquire) == sequence;
         faulted = segment.faulted();
         gone = producer_gone != nullptr && producer_gone->load();
-        return faulted || gone || published == sequence;
+        return faulted || gone || streamed || published;
       },
       timeout);
   if (faulted) {
@@ -153,8 +163,9 @@ const std::uint8_t* ShmRing::acquire_for_read(std::uint64_t sequence,
                                   std::to_string(sequence) + " arrived");
   }
   if (!arrived) {
-    throw protocol::TimeoutError("shm: chunk " + std::to_string(sequence) + " did not arrive in " +
-                                 name + " within " + std::to_string(timeout.count()) + " ms");
+    throw protocol::TimeoutError("shm: chunk " + std::to_string(sequence) + " (its first " +
+                                 std::to_string(bytes) + " bytes) did not arrive in " + name +
+                                 " within " + std::to_string(timeout.count()) + " ms");
   }
   return data(slot);
 }

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ATen/TensorOperators.h>
+
 #include <csignal>
 #include <filesystem>
 #include <thread>
@@ -112,6 +114,58 @@ BOOST_FIXTURE_TEST_CASE(a_trainer_that_stops_mid_round_leaves_old_weights_and_no
   info.packed_buffer_size_bytes = 8192;
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source());
   engine->push({"after", true});
+}
+
+// Round 1: different values, and only the first `keep` of them. Round 2: the real values, the
+// second tensor held back for a while (a slow trainer).
+class FirstRoundFailsSource final : public trainer_sdk::WeightSource {
+ public:
+  FirstRoundFailsSource(std::shared_ptr<trainer_sdk::TensorListSource> full, int keep)
+      : full_(std::move(full)), keep_(keep) {}
+  std::vector<protocol::ParamMeta> metadata() override { return full_->metadata(); }
+  std::unique_ptr<trainer_sdk::WeightStream> iter() override {
+    struct Slow final : trainer_sdk::WeightStream {
+      std::unique_ptr<trainer_sdk::WeightStream> inner;
+      int yielded = 0;
+      std::optional<trainer_sdk::NamedWeight> next() override {
+        if (yielded++ == 1) std::this_thread::sleep_for(500ms);
+        return inner->next();
+      }
+    };
+    if (rounds_++ > 0) {
+      auto slow = std::make_unique<Slow>();
+      slow->inner = full_->iter();
+      return slow;
+    }
+    std::vector<std::pair<std::string, at::Tensor>> some;
+    auto stream = full_->iter();
+    for (int i = 0; i < keep_; ++i) {
+      auto item = stream->next();
+      some.emplace_back(item->name, item->tensor + 1);
+    }
+    return trainer_sdk::TensorListSource(some).iter();
+  }
+
+ private:
+  std::shared_ptr<trainer_sdk::TensorListSource> full_;
+  int keep_;
+  int rounds_ = 0;
+};
+
+BOOST_FIXTURE_TEST_CASE(a_round_after_one_that_failed_part_way_takes_fresh_chunks, Fixture) {
+  // Regression: the failed round's chunks kept their sequence numbers for the next round, whose
+  // worker could take a chunk the failed round had published (or half copied) for its own.
+  auto w = worker("2");
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  trainer_sdk::ShmTrainerInitInfo info(1, 0);
+  info.packed_buffer_size_bytes = 4096;  // a chunk per tensor or two
+  info.timeout = 10s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+      info, client, std::make_shared<FirstRoundFailsSource>(source(), 3));
+  BOOST_CHECK_THROW(engine->send_weights(), protocol::ValueError);  // the source ran dry
+  BOOST_TEST(testing::wait_for_session_end(*client, 20s));
+  engine->push({"after", true});
+  testing::verify_serves(*client, new_ckpt);
 }
 
 BOOST_FIXTURE_TEST_CASE(arena_tensors_are_read_in_place_next_to_buffered_ones, Fixture) {

@@ -22,6 +22,7 @@
 using namespace hotswap;
 using transport::ShmKind;
 using transport::ShmSegment;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -99,6 +100,59 @@ BOOST_AUTO_TEST_CASE(only_segments_with_a_matching_hotswap_header_open) {
   HOTSWAP_CHECK_THROW_MSG(
       ShmSegment::open(grown.name(), ShmKind::kWeightArena, ShmSegment::Access::kReadOnly),
       protocol::ValueError, "it was resized after it was made");
+}
+
+BOOST_AUTO_TEST_CASE(a_chunk_streams_to_its_consumer_before_it_is_published) {
+  auto producer = transport::ShmRing::create({unique_name("stream-0")}, 4096, 1);
+  auto consumer = transport::ShmRing::open({unique_name("stream-0")});
+  std::uint8_t* out = producer.acquire_for_write(1, 50ms);
+  std::memset(out, 7, 100);
+  producer.advance(1, 100);
+  const std::uint8_t* in = consumer.acquire_for_read(1, 100, 50ms);
+  BOOST_TEST(in[99] == 7);
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(1, 101, 20ms), protocol::TimeoutError,
+                          "chunk 1 (its first 101 bytes) did not arrive");
+  std::memset(out + 100, 8, 3996);
+  producer.advance(1, 4096);
+  BOOST_TEST(consumer.acquire_for_read(1, 4096, 50ms)[4095] == 8);
+  // Released before the producer publishes: the release counts (it used to be reset by the
+  // publish, and the producer then waited for a release that had already come).
+  consumer.release(1);
+  producer.publish(1);
+  BOOST_TEST(producer.acquire_for_write(2, 50ms) == out);
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_that_waits_for_the_publish_alone_still_reads_whole_chunks) {
+  auto producer = transport::ShmRing::create({unique_name("whole-0")}, 4096, 1);
+  auto consumer = transport::ShmRing::open({unique_name("whole-0")});
+  std::memset(producer.acquire_for_write(1, 50ms), 3, 4096);  // no advances: an older producer
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(1, 1, 20ms), protocol::TimeoutError,
+                          "did not arrive");
+  producer.publish(1);
+  BOOST_TEST(consumer.acquire_for_read(1, 4096, 50ms)[0] == 3);
+  // Not released yet: the producer may not refill the buffer.
+  HOTSWAP_CHECK_THROW_MSG(producer.acquire_for_write(2, 20ms), protocol::TimeoutError,
+                          "the workers did not release buffer");
+  consumer.release(1);
+  producer.acquire_for_write(2, 50ms);
+}
+
+BOOST_AUTO_TEST_CASE(a_chunk_abandoned_before_its_publish_frees_its_buffer) {
+  auto producer = transport::ShmRing::create({unique_name("abandoned-0")}, 4096, 1);
+  auto consumer = transport::ShmRing::open({unique_name("abandoned-0")});
+  producer.acquire_for_write(1, 50ms);
+  producer.publish(1);
+  consumer.acquire_for_read(1, 4096, 50ms);
+  consumer.release(1);
+  // The next round's first chunk: half copied in, then the trainer's source failed.
+  producer.acquire_for_write(2, 50ms);
+  producer.advance(2, 2048);
+  // The round after takes fresh sequence numbers and finds the buffer free at once; chunk 2
+  // never completes for a consumer still waiting on it.
+  producer.acquire_for_write(3, 50ms);
+  producer.drain(50ms);
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(2, 2048, 20ms), protocol::TimeoutError,
+                          "chunk 2");
 }
 
 BOOST_AUTO_TEST_CASE(orphans_are_segments_whose_creator_is_gone_zombies_included) {
