@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
       rounds.push_back(ms_since(t));
     }
     report("four-call round (disk, 0.4 MB checkpoint), median", percentile(rounds, 0.5), "ms");
-    const char* names[] = {"init_weight_transfer_engine", "start_weight_update",
-                           "update_weights", "finish_weight_update"};
+    const char* names[] = {"init_weight_transfer_engine", "start_weight_update", "update_weights",
+                           "finish_weight_update"};
     for (std::size_t k = 0; k < calls.size(); ++k)
       report(std::string("  of which ") + names[k] + ", median", percentile(calls[k], 0.5), "ms");
     client.call("shutdown");

@@ -130,7 +130,6 @@ void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
       transport::copy_bytes(to + done, chunk + slice.offset + done, n);
       done += n;
     }
-    ring_->check_intact();  // zeros read from a shrunk buffer are never weights
     model().mark_received(p.name);
     return;
   }
@@ -144,7 +143,6 @@ void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
     if (slice.size > 0) transport::copy_bytes(t.data_ptr(), chunk + slice.offset, slice.size);
   }
   model().load_weights({{p.name, t.to(device())}});
-  ring_->check_intact();  // zeros read from a shrunk buffer are never weights
 }
 
 void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& update_info) {
@@ -166,6 +164,9 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
         const auto& p = update_info.params[indices[slice.param_index]];
         receive_slice(sequence, slice, p);
       }
+      // Once a chunk, not once a tensor (an fstat each): zeros read from a shrunk buffer fail
+      // the round here, and a failed round's staged tensors are dropped.
+      ring_->check_intact();
       ring_->release(sequence);  // only now may the trainer refill the buffer
       add_bytes_received(plan[c].size_bytes);
     }
