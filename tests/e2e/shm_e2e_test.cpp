@@ -116,12 +116,13 @@ BOOST_FIXTURE_TEST_CASE(a_trainer_that_stops_mid_round_leaves_old_weights_and_no
   engine->push({"after", true});
 }
 
-// Round 1: different values, and only the first `keep` of them. Round 2: the real values, the
-// second tensor held back for a while (a slow trainer).
+// Round 1 from `first`; later rounds from `full`, the second tensor held back for a while (a
+// slow trainer).
 class FirstRoundFailsSource final : public trainer_sdk::WeightSource {
  public:
-  FirstRoundFailsSource(std::shared_ptr<trainer_sdk::TensorListSource> full, int keep)
-      : full_(std::move(full)), keep_(keep) {}
+  FirstRoundFailsSource(std::shared_ptr<trainer_sdk::WeightSource> first,
+                        std::shared_ptr<trainer_sdk::TensorListSource> full)
+      : first_(std::move(first)), full_(std::move(full)) {}
   std::vector<protocol::ParamMeta> metadata() override { return full_->metadata(); }
   std::unique_ptr<trainer_sdk::WeightStream> iter() override {
     struct Slow final : trainer_sdk::WeightStream {
@@ -132,23 +133,15 @@ class FirstRoundFailsSource final : public trainer_sdk::WeightSource {
         return inner->next();
       }
     };
-    if (rounds_++ > 0) {
-      auto slow = std::make_unique<Slow>();
-      slow->inner = full_->iter();
-      return slow;
-    }
-    std::vector<std::pair<std::string, at::Tensor>> some;
-    auto stream = full_->iter();
-    for (int i = 0; i < keep_; ++i) {
-      auto item = stream->next();
-      some.emplace_back(item->name, item->tensor + 1);
-    }
-    return trainer_sdk::TensorListSource(some).iter();
+    if (rounds_++ == 0) return first_->iter();
+    auto slow = std::make_unique<Slow>();
+    slow->inner = full_->iter();
+    return slow;
   }
 
  private:
+  std::shared_ptr<trainer_sdk::WeightSource> first_;
   std::shared_ptr<trainer_sdk::TensorListSource> full_;
-  int keep_;
   int rounds_ = 0;
 };
 
@@ -160,8 +153,14 @@ BOOST_FIXTURE_TEST_CASE(a_round_after_one_that_failed_part_way_takes_fresh_chunk
   trainer_sdk::ShmTrainerInitInfo info(1, 0);
   info.packed_buffer_size_bytes = 4096;  // a chunk per tensor or two
   info.timeout = 10s;
+  // The failed round: other values than the good one's, and only three of them.
+  std::vector<std::pair<std::string, at::Tensor>> shifted;
+  for (auto& [name, tensor] : new_ckpt.tensors())
+    shifted.emplace_back(name, tensor + 1);
+  auto first = std::make_shared<testing::TruncatedSource>(
+      std::make_shared<trainer_sdk::TensorListSource>(shifted), 3);
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
-      info, client, std::make_shared<FirstRoundFailsSource>(source(), 3));
+      info, client, std::make_shared<FirstRoundFailsSource>(first, source()));
   BOOST_CHECK_THROW(engine->send_weights(), protocol::ValueError);  // the source ran dry
   BOOST_TEST(testing::wait_for_session_end(*client, 20s));
   engine->push({"after", true});
