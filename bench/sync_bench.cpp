@@ -9,7 +9,8 @@
 // JSON line per figure (`--json`: the JSON lines only).
 //
 // Usage: hotswap-bench [--large] [--size GB]... [--reps N] [--only VARIANT]... [--json]
-//        (--size: just models of those sizes; --only shm, shm+arena, gloo or "gloo unpacked":
+//        (--size: just models of those sizes; --only shm, shm+arena, gloo, "gloo unpacked" or
+//        "shm window" (the ring through its stream window, not in the default run):
 //        just those rows; e.g. to profile one)
 //        hotswap-bench --soak N [shm|gloo|sparse_gloo|disk ...]   (bench/soak.cpp)
 #include <unistd.h>
@@ -117,6 +118,9 @@ int run(int argc, char** argv) {
   bool large = false;
   int reps = 5;
   std::vector<std::string> variants = {"shm", "shm+arena", "gloo", "gloo unpacked"}, only;
+  // Selectable with --only: the shm ring through its stream window (ShmTrainerInitInfo::
+  // stream_window), off by default.
+  const std::vector<std::string> extra_variants = {"shm window"};
   std::vector<double> sizes = {0.5, 2.0}, sizes_given;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -129,12 +133,15 @@ int run(int argc, char** argv) {
     } else if (arg == "--size" && i + 1 < argc) {
       sizes_given.push_back(std::stod(argv[++i]));
     } else if (arg == "--only" && i + 1 < argc &&
-               std::find(variants.begin(), variants.end(), argv[i + 1]) != variants.end()) {
+               (std::find(variants.begin(), variants.end(), argv[i + 1]) != variants.end() ||
+                std::find(extra_variants.begin(), extra_variants.end(), argv[i + 1]) !=
+                    extra_variants.end())) {
       only.push_back(argv[++i]);
     } else {
-      throw std::invalid_argument("unknown argument '" + arg +
-                                  "' (usage: hotswap-bench [--large] [--size GB]... [--reps N] "
-                                  "[--only shm|shm+arena|gloo|'gloo unpacked']... [--json])");
+      throw std::invalid_argument(
+          "unknown argument '" + arg +
+          "' (usage: hotswap-bench [--large] [--size GB]... [--reps N] "
+          "[--only shm|shm+arena|gloo|'gloo unpacked'|'shm window']... [--json])");
     }
   }
   if (!only.empty()) variants = only;
@@ -191,6 +198,7 @@ int run(int argc, char** argv) {
           info.arena = arena;
           buffers += arena->capacity();
         }
+        info.stream_window = label == "shm window";
         engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
             info, client, label == "shm+arena" ? arena_source : source);
       } else {

@@ -63,19 +63,27 @@ nlohmann::json ShmInitInfo::to_json() const {
 }
 
 ShmUpdateInfo ShmUpdateInfo::from_json(const nlohmann::json& object) {
-  JsonFields fields(object, kUpdateType,
-                    {"names", "dtype_names", "shapes", "first_sequence", "arena_offsets"});
+  JsonFields fields(
+      object, kUpdateType,
+      {"names", "dtype_names", "shapes", "first_sequence", "arena_offsets", "stream_window_bytes"});
   auto names = fields.required_string_list("names");
   auto dtype_names = fields.required_string_list("dtype_names");
   auto shapes = fields.required_shape_list("shapes");
   auto first = fields.required_int("first_sequence");
   auto offsets = fields.optional_int_list("arena_offsets");
+  auto window = fields.optional_int("stream_window_bytes");
   fields.finish();
   const std::string prefix = std::string(kUpdateType) + ": ";
   if (first < 1) {
     throw ValueError(prefix + "`first_sequence` must be at least 1, got " + std::to_string(first));
   }
+  if (window && *window < 0) {
+    throw ValueError(prefix +
+                     "`stream_window_bytes` must be 0 (whole chunks) or a window's size, got " +
+                     std::to_string(*window));
+  }
   ShmUpdateInfo info{params_from_lists(kUpdateType, names, dtype_names, shapes), first, {}};
+  info.stream_window_bytes = window.value_or(0);
   if (offsets) {
     if (offsets->size() != names.size()) {
       throw ValueError(prefix + "`arena_offsets` has " + std::to_string(offsets->size()) +
@@ -114,6 +122,8 @@ nlohmann::json ShmUpdateInfo::to_json() const {
   write_param_lists(params, out);
   out["first_sequence"] = first_sequence;
   if (!arena_offsets.empty()) out["arena_offsets"] = arena_offsets;
+  // Only when used: a worker of an older build refuses fields it does not know.
+  if (stream_window_bytes > 0) out["stream_window_bytes"] = stream_window_bytes;
   return out;
 }
 

@@ -13,6 +13,11 @@
 // in the packed chunks; the chunk plan covers only
 // the -1 tensors, in order. Workers copy arena tensors straight into the model: one copy of
 // each byte instead of two, as `ipc` reads a trainer's CUDA tensors through their handles.
+//
+// Stream window: a round whose `stream_window_bytes` is positive passes each chunk through a
+// circular window of that many bytes at the start of its buffer instead of laying it out whole
+// (transport/shm_ring.hpp); a trainer sets it only once every worker joined the window at its
+// handshake, so a worker of an older build never sees it. Absent or 0: whole chunks.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +51,8 @@ struct ShmUpdateInfo {
   // tensor of the round is in the arena.
   std::vector<std::int64_t> arena_offsets;
   static constexpr std::int64_t kInBuffers = -1;
+  // Bytes of the circular window each chunk streams through; 0: chunks travel whole.
+  std::int64_t stream_window_bytes = 0;
 
   bool in_arena(std::size_t i) const {
     return !arena_offsets.empty() && arena_offsets[i] != kInBuffers;

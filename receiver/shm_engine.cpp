@@ -49,6 +49,9 @@ void ShmWeightTransferEngine::init_transfer_channel(const protocol::ShmInitInfo&
     }
   }
   close_channel();  // the previous trainer's, its segments unlinked if it is gone
+  // Last, once nothing above can refuse the handshake: a trainer streams rounds through the
+  // window only when every worker has joined it.
+  ring->join_window();
   ring_ = std::move(ring);
   arena_ = std::move(arena);
   trainer_gone_ = false;
@@ -114,14 +117,29 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
 
 void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
                                             const protocol::ChunkSlice& slice,
-                                            const protocol::ParamMeta& p) {
+                                            const protocol::ParamMeta& p, std::size_t window) {
   const auto type = transport::to_scalar_type(p.dtype);
   const std::uint8_t* chunk = nullptr;
   auto wait_for = [&](std::size_t end) {
     chunk = ring_->acquire_for_read(sequence, end, context().timeout, &trainer_gone_);
   };
   auto destination = model().destination_for(p.name, type, p.shape);
-  if (destination && destination->device().is_cpu() && destination->is_contiguous()) {
+  const bool into_rows =
+      destination && destination->device().is_cpu() && destination->is_contiguous();
+  if (window > 0) {
+    // The chunk never lies whole in the buffer: straight into the staged rows, or out into a
+    // tensor of its own for the model to convert.
+    at::Tensor t = into_rows ? *destination : at::empty(p.shape, at::TensorOptions().dtype(type));
+    ring_->read_through_window(sequence, slice.offset, static_cast<std::uint8_t*>(t.data_ptr()),
+                               slice.size, window, context().timeout, &trainer_gone_);
+    if (into_rows) {
+      model().mark_received(p.name);
+    } else {
+      model().load_weights({{p.name, t.to(device())}});
+    }
+    return;
+  }
+  if (into_rows) {
     // Straight into the staged rows, piece by piece right behind the trainer's copy.
     auto* to = static_cast<std::uint8_t*>(destination->data_ptr());
     for (std::size_t done = 0; done < slice.size;) {
@@ -157,12 +175,14 @@ void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& upd
     std::vector<std::size_t> indices;  // of each buffered tensor in update_info.params
     const auto plan =
         protocol::plan_ipc_chunks(update_info.buffered_params(&indices), ring_->buffer_bytes());
+    const auto window = static_cast<std::size_t>(update_info.stream_window_bytes);
+    if (window > 0) ring_->check_window(window);  // before any byte moves
     load_from_arena(update_info);
     for (std::size_t c = 0; c < plan.size(); ++c) {
       const auto sequence = static_cast<std::uint64_t>(update_info.first_sequence) + c;
       for (const auto& slice : plan[c].slices) {
         const auto& p = update_info.params[indices[slice.param_index]];
-        receive_slice(sequence, slice, p);
+        receive_slice(sequence, slice, p, window);
       }
       // Once a chunk, not once a tensor (an fstat each): zeros read from a shrunk buffer fail
       // the round here, and a failed round's staged tensors are dropped.

@@ -50,8 +50,9 @@ class ShmWeightTransferEngine final
  private:
   void load_from_arena(const protocol::ShmUpdateInfo& update_info);
   // One tensor of chunk `sequence`, as soon as its bytes are in the buffer.
+  // `window`: the round's stream window (0: the chunk lies whole in its buffer).
   void receive_slice(std::uint64_t sequence, const protocol::ChunkSlice& slice,
-                     const protocol::ParamMeta& p);
+                     const protocol::ParamMeta& p, std::size_t window);
   void close_channel();
 
   std::unique_ptr<transport::ShmRing> ring_;

@@ -69,6 +69,10 @@ void ShmTrainerEngine::send_weights() {
     }
   }
   auto plan = protocol::plan_ipc_chunks(round.buffered_params(), ring_->buffer_bytes());
+  // Through the cache-sized window where every worker joined it at the handshake (an older
+  // worker does not), else whole chunks.
+  const std::size_t window = stream_window_bytes();
+  round.stream_window_bytes = static_cast<std::int64_t>(window);
   const nlohmann::json update_info = round.to_json();
   // The round's sequence numbers are taken before any byte moves: a round that fails part-way
   // leaves no chunk that a later round's could be mistaken for.
@@ -104,8 +108,13 @@ void ShmTrainerEngine::send_weights() {
     std::uint8_t* out = ring_->acquire_for_write(sequence, info_.timeout);
     for (const auto& slice : plan[c].slices) {
       at::Tensor t = next_buffered();
-      // Piece by piece, each made visible as it lands: the workers copy out right behind.
       const auto* from = static_cast<const std::uint8_t*>(t.data_ptr());
+      if (window > 0) {
+        ring_->write_through_window(sequence, slice.offset, from, slice.size, window, info_.timeout,
+                                    [&] { update.rethrow_if_failed(); });
+        continue;
+      }
+      // Piece by piece, each made visible as it lands: the workers copy out right behind.
       for (std::size_t done = 0; done < slice.size;) {
         const std::size_t n = std::min(transport::ShmRing::kStreamPieceBytes, slice.size - done);
         transport::copy_bytes(out + slice.offset + done, from + done, n);

@@ -4,6 +4,14 @@
 // thread, then pack chunks (the IPC rule: flush before overflowing) into the buffers in turn,
 // each reused only once every worker has copied out of it, drain, finish.
 //
+// With `stream_window`, and once every worker joined the buffers' stream window at the handshake
+// (every worker of this build does), each chunk passes through a 2 MiB circular window at the
+// start of its buffer instead of lying there whole, so the bytes can stay in a cache the two
+// sides share between the two copies (transport/shm_ring.hpp). Off by default: it pays where
+// trainer and worker run on cores of one last-level cache, and costs where they do not; on the
+// 2-core VM it was measured on it was as often 1.15x one memcpy as 1.8x, where whole chunks
+// were 1.2-1.7x (docs/benchmarks.md). It never touches more of a buffer than the window.
+//
 // With an `arena` (SharedWeightArena), the tensors the source yields from it are not copied at
 // all: the round names their offsets and the workers read them in place.
 #pragma once
@@ -26,6 +34,7 @@ struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
   std::int64_t packed_buffer_size_bytes = 64ll << 20;  // per buffer
   int num_buffers = 2;                                 // filled while workers read another
   std::shared_ptr<SharedWeightArena> arena;            // tensors read in place, if any
+  bool stream_window = false;  // through the cache-sized window where every worker can
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
@@ -41,6 +50,10 @@ class ShmTrainerEngine : public TrainerWeightTransferEngine {
   void send_weights() override;
   void shutdown() override { ring_.reset(); }  // unlinks the segments
 
+  // The window the next round streams through (0: whole chunks).
+  std::size_t stream_window_bytes() const {
+    return ring_ && info_.stream_window ? ring_->window_bytes() : 0;
+  }
   std::vector<std::string> segment_names() const {
     return ring_ ? ring_->names() : std::vector<std::string>{};
   }

@@ -15,12 +15,14 @@
 #include "e2e/e2e_support.hpp"
 #include "model_loader/model_test_support.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/shm_info.hpp"
 #include "test_support.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "transport/shm_ring.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
@@ -78,6 +80,66 @@ BOOST_FIXTURE_TEST_CASE(two_workers_read_the_same_double_buffered_chunks, Fixtur
     BOOST_TEST(leftover_segments().size() == 2u);
   }
   BOOST_TEST(leftover_segments().empty());  // the trainer's buffers go with it
+}
+
+// A model a few times the stream window, so that every chunk wraps around it.
+BOOST_AUTO_TEST_CASE(rounds_stream_through_the_window_or_travel_in_whole_chunks_alike) {
+  auto config =
+      testing::tiny_config(model_loader::architectures::kLlama, protocol::DType::kBFloat16);
+  config.hidden_size = 256;
+  config.intermediate_size = 512;
+  config.num_attention_heads = 8;
+  config.num_key_value_heads = 4;
+  config.head_dim = 32;
+  config.vocab_size = 1024;  // 512 KiB embeddings, the largest tensor
+  testing::CheckpointDir old_ckpt(config, 6100), new_ckpt(config, 6200);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [name, tensor] : new_ckpt.tensors())
+    tensors.emplace_back(name, tensor);
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
+  auto worker = [&] {
+    return std::make_unique<testing::WorkerProcess>(
+        std::vector<std::string>{"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+                                 R"({"backend": "shm"})", "--timeout", "20"});
+  };
+  auto w0 = worker(), w1 = worker();
+  auto client = std::make_shared<trainer_sdk::FanOutClient>(
+      std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>>{
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w0->endpoint(), 30s),
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w1->endpoint(), 30s)});
+  const auto before = client->workers()[0]->call("weight_checker", {{"action", "checksum"}});
+  for (bool window : {true, false}) {
+    trainer_sdk::ShmTrainerInitInfo info(2, 0);
+    info.packed_buffer_size_bytes = 1 << 20;  // a 768 KiB window after the progress table
+    info.timeout = 30s;
+    info.stream_window = window;
+    auto engine = trainer_sdk::ShmTrainerEngine::trainer_init(info, client, source);
+    BOOST_TEST(engine->stream_window_bytes() == (window ? 768u << 10 : 0u));
+    // Verified: each worker's checksums must equal the trainer's, or push throws.
+    for (int round = 1; round <= 2; ++round)
+      engine->push({std::string(window ? "window-" : "whole-") + std::to_string(round), true});
+  }
+  BOOST_TEST(client->workers()[1]->call("weight_info")["weight_version"] == "whole-2");
+  BOOST_TEST(client->workers()[0]->call("weight_checker", {{"action", "checksum"}}) != before);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_window_the_worker_did_not_join_is_refused_and_loses_nothing, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  const auto before = client->call("weight_checker", {{"action", "checksum"}});
+  // Buffers too small for a window: the worker cannot join one.
+  const std::string name = "/hotswap-" + std::to_string(::getpid()) + "-unjoined-0";
+  auto ring = transport::ShmRing::create({name}, 8192, 1);
+  client->init_weight_transfer_engine(
+      {{"segment_names", {name}}, {"packed_buffer_size_bytes", 8192}});
+  BOOST_TEST(ring.window_bytes() == 0u);
+  nlohmann::json update = protocol::ShmUpdateInfo{source()->metadata(), 1, {}, 0}.to_json();
+  update["stream_window_bytes"] = 4096;
+  client->start_weight_update();
+  HOTSWAP_CHECK_THROW_MSG(client->update_weights(update), protocol::ValueError,
+                          "did not join the window of its buffers");
+  BOOST_TEST(client->call("health")["weight_update_active"] == false);
+  BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_tensor_larger_than_the_buffer_is_refused_before_any_rpc, Fixture) {

@@ -263,6 +263,24 @@ BOOST_AUTO_TEST_CASE(shm_arena_offsets_say_which_tensors_are_read_in_place) {
                           "`arena_offsets[2]` (c) is 63, not aligned for its dtype bfloat16");
 }
 
+BOOST_AUTO_TEST_CASE(a_shm_round_names_its_stream_window_only_when_it_uses_one) {
+  json update = {
+      {"names", {"a"}}, {"dtype_names", {"bfloat16"}}, {"shapes", {{4}}}, {"first_sequence", 3}};
+  auto whole = ShmUpdateInfo::from_json(update);
+  BOOST_TEST(whole.stream_window_bytes == 0);
+  // Absent when 0: a worker of an older build refuses fields it does not know.
+  BOOST_TEST(!whole.to_json().contains("stream_window_bytes"));
+  update["stream_window_bytes"] = 2097152;
+  auto windowed = ShmUpdateInfo::from_json(update);
+  BOOST_TEST(windowed.stream_window_bytes == 2097152);
+  BOOST_TEST(windowed.to_json() == update);
+  update["stream_window_bytes"] = -1;
+  HOTSWAP_CHECK_THROW_MSG(ShmUpdateInfo::from_json(update), ValueError,
+                          "`stream_window_bytes` must be 0 (whole chunks) or a window's size");
+  update["stream_window_bytes"] = "2M";
+  BOOST_CHECK_THROW(ShmUpdateInfo::from_json(update), ValueError);
+}
+
 BOOST_AUTO_TEST_CASE(disk_update_info_checks_the_directory_with_vllms_messages) {
   hotswap::testing::TempDir dir;
   HOTSWAP_CHECK_THROW_MSG(DiskUpdateInfo::from_json({{"path", ""}}), ValueError,

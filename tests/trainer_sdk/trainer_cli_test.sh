@@ -59,6 +59,9 @@ start h0 shm; h0=$endpoint
 start h1 shm; h1=$endpoint
 "$trainer" --workers "$h0,$h1" --backend shm --source "$dir/m" --rounds 3 --verify --buffer-size 262144 | grep -q 'round 3/3: shm .*verified'
 "$trainer" --workers "$h0,$h1" --backend shm --shm-arena --source "$dir/m" --rounds 2 --verify --buffer-size 262144 | grep -q 'round 2/2: shm .*verified'
+"$trainer" --workers "$h0,$h1" --backend shm --shm-window --source "$dir/m" --rounds 2 --verify --buffer-size 1048576 | grep -q 'round 2/2: shm .*verified'
+if "$trainer" --workers "$g0" --backend gloo --shm-window --source "$dir/m" 2>"$dir/err"; then exit 1; fi
+grep -q -- "--shm-window is for --backend shm" "$dir/err"
 
 start d0 disk; d0=$endpoint
 start d1 disk; d1=$endpoint

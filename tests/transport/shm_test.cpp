@@ -155,6 +155,122 @@ BOOST_AUTO_TEST_CASE(a_chunk_abandoned_before_its_publish_frees_its_buffer) {
                           "chunk 2");
 }
 
+namespace {
+
+// Buffers with room for a 512 KiB window: two pieces of it.
+constexpr std::size_t kWindowedBuffer =
+    transport::ShmRing::kProgressBytes + 2 * transport::ShmRing::kWindowPieceBytes + 100;
+
+std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::uint8_t> out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::uint8_t>(i * 131 + seed + i / 4093);
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_chunk_larger_than_the_window_streams_through_it_to_every_consumer) {
+  const std::vector<std::string> names{unique_name("window-0"), unique_name("window-1")};
+  auto producer = transport::ShmRing::create(names, kWindowedBuffer, 2);
+  auto first = transport::ShmRing::open(names);
+  auto second = transport::ShmRing::open(names);
+  BOOST_TEST(first.join_window());
+  // One consumer has not joined (an older build would never): whole chunks.
+  BOOST_TEST(producer.window_bytes() == 0u);
+  BOOST_TEST(second.join_window());
+  const std::size_t window = producer.window_bytes();
+  BOOST_TEST(window == 2 * transport::ShmRing::kWindowPieceBytes);
+
+  // Two chunks, each three windows and an odd tail, cut into slices at odd offsets (a slice
+  // wraps around the window's end mid-piece).
+  const std::size_t chunk = 3 * window + 12345;
+  const std::vector<std::size_t> cuts{0, 1, 100003, 2 * window - 7, chunk};
+  const auto a = pattern(chunk, 1), b = pattern(chunk, 2);
+  auto consume = [&](transport::ShmRing& ring, std::vector<std::uint8_t>& into,
+                     std::uint64_t sequence) {
+    for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+      ring.read_through_window(sequence, cuts[i], into.data() + cuts[i], cuts[i + 1] - cuts[i],
+                               window, 5000ms);
+    }
+    ring.release(sequence);
+  };
+  std::vector<std::uint8_t> got[2][2] = {
+      {std::vector<std::uint8_t>(chunk), std::vector<std::uint8_t>(chunk)},
+      {std::vector<std::uint8_t>(chunk), std::vector<std::uint8_t>(chunk)}};
+  std::thread c0([&] {
+    consume(first, got[0][0], 1);
+    consume(first, got[0][1], 2);
+  });
+  std::thread c1([&] {
+    consume(second, got[1][0], 1);
+    consume(second, got[1][1], 2);
+  });
+  for (std::uint64_t sequence : {1u, 2u}) {
+    const auto& bytes = sequence == 1 ? a : b;
+    producer.acquire_for_write(sequence, 5000ms);
+    for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+      producer.write_through_window(sequence, cuts[i], bytes.data() + cuts[i],
+                                    cuts[i + 1] - cuts[i], window, 5000ms, {});
+    }
+    producer.publish(sequence);
+  }
+  c0.join();
+  c1.join();
+  producer.drain(5000ms);
+  for (int c = 0; c < 2; ++c) {
+    BOOST_TEST((got[c][0] == a));
+    BOOST_TEST((got[c][1] == b));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_producer_waits_for_the_window_and_says_so_when_a_consumer_stalls) {
+  const std::vector<std::string> names{unique_name("stall-0")};
+  auto producer = transport::ShmRing::create(names, kWindowedBuffer, 1);
+  auto consumer = transport::ShmRing::open(names);
+  BOOST_TEST(consumer.join_window());
+  const std::size_t window = producer.window_bytes();
+  const auto bytes = pattern(2 * window, 3);
+  producer.acquire_for_write(1, 50ms);
+  // A full window goes in without waiting; the byte after it must wait for the consumer.
+  producer.write_through_window(1, 0, bytes.data(), window, window, 50ms, {});
+  HOTSWAP_CHECK_THROW_MSG(
+      producer.write_through_window(1, window, bytes.data() + window, 1, window, 20ms, {}),
+      protocol::TimeoutError, "did not copy chunk 1 out of");
+  // A failed worker ends the wait at once, through the check.
+  HOTSWAP_CHECK_THROW_MSG(producer.write_through_window(
+                              1, window, bytes.data() + window, 1, window, 5000ms,
+                              [] { throw protocol::ValueError("the worker refused the round"); }),
+                          protocol::ValueError, "the worker refused the round");
+  // Once the consumer copied the first piece out, the producer goes on.
+  std::vector<std::uint8_t> got(transport::ShmRing::kWindowPieceBytes);
+  consumer.read_through_window(1, 0, got.data(), got.size(), window, 50ms);
+  BOOST_TEST(std::equal(got.begin(), got.end(), bytes.begin()));
+  producer.write_through_window(1, window, bytes.data() + window, 1, window, 50ms, {});
+}
+
+BOOST_AUTO_TEST_CASE(the_window_is_refused_where_it_was_not_joined_or_does_not_fit) {
+  const std::vector<std::string> names{unique_name("refuse-0")};
+  auto producer = transport::ShmRing::create(names, kWindowedBuffer, 1);
+  auto consumer = transport::ShmRing::open(names);
+  std::vector<std::uint8_t> got(16);
+  HOTSWAP_CHECK_THROW_MSG(consumer.read_through_window(1, 0, got.data(), 16, 4096, 20ms),
+                          protocol::ValueError, "did not join the window");
+  BOOST_TEST(consumer.join_window());
+  HOTSWAP_CHECK_THROW_MSG(consumer.check_window(kWindowedBuffer), protocol::ValueError,
+                          "does not fit buffers of");
+  // The same consumer's handshake repeated on the same buffers joins twice: the count is off,
+  // and the producer falls back to whole chunks rather than trust it.
+  auto again = transport::ShmRing::open(names);
+  BOOST_TEST(again.join_window());
+  BOOST_TEST(producer.window_bytes() == 0u);
+  // Buffers too small for a window: nobody joins.
+  auto small = transport::ShmRing::create({unique_name("refuse-small")}, 4096, 1);
+  auto small_consumer = transport::ShmRing::open({unique_name("refuse-small")});
+  BOOST_TEST(!small_consumer.join_window());
+  BOOST_TEST(small.window_bytes() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(orphans_are_segments_whose_creator_is_gone_zombies_included) {
   const std::string name = unique_name("orphan");
   pid_t child = ::fork();

@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   double step_scale = 0.01, timeout_seconds = 300;
   std::uint64_t seed = 0;
   std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes;
-  bool shm_arena = false, nccl_unique_id = false;
+  bool shm_arena = false, shm_window = false, nccl_unique_id = false;
   int device = 0;
   bool packed = true, verify = false;
   app.add_option("--workers", workers, "control endpoints, comma-separated")->required();
@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
                "nccl, sparse_nccl: ship a minted nccl_unique_id_b64 instead of hosting a TCPStore");
   app.add_flag("--shm-arena", shm_arena,
                "shm: keep the trainer's weights in shared memory; workers read them in place");
+  app.add_flag("--shm-window", shm_window,
+               "shm: stream each chunk through a 2 MiB window that trainer and workers share "
+               "in the cache, instead of laying it whole in a buffer");
   app.add_flag("--verify", verify, "check the workers' weights bit for bit after each round");
   app.add_option("--master-address", master_address, "gloo and nccl rendezvous host")
       ->capture_default_str();
@@ -260,6 +263,9 @@ int main(int argc, char** argv) {
     for (const auto& name : checkpoint.names())
       tensors.emplace_back(name, checkpoint.tensor(name).clone());
     std::shared_ptr<trainer_sdk::SharedWeightArena> arena;
+    if (shm_window && backend != "shm") {
+      throw protocol::ValueError("--shm-window is for --backend shm");
+    }
     if (shm_arena) {
       if (backend != "shm") throw protocol::ValueError("--shm-arena is for --backend shm");
       // Trained in place there from now on: each step writes the bytes the workers will read.
@@ -354,6 +360,7 @@ int main(int argc, char** argv) {
       info.packed_buffer_size_bytes = buffer_size;
       info.timeout = timeout;
       info.arena = arena;
+      info.stream_window = shm_window;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else {
       throw protocol::ValueError("unknown --backend '" + backend +
