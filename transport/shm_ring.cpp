@@ -142,7 +142,7 @@ std::uint8_t* ShmRing::acquire_for_write(std::uint64_t sequence,
   // Consumers that joined the window report their progress through this chunk from zero. (In a
   // round that sends whole chunks this is chunk data, written over next.)
   if (window_bytes() > 0) {
-    const std::size_t consumers = control(0).consumers.load();
+    const std::size_t consumers = window_consumers();
     for (std::size_t c = 0; c < consumers; ++c)
       progress(slot, c).store(0, std::memory_order_relaxed);
   }
@@ -226,6 +226,12 @@ std::atomic<std::uint64_t>& ShmRing::progress(std::size_t slot, std::size_t cons
   return *std::launder(reinterpret_cast<std::atomic<std::uint64_t>*>(data(slot) + 64 * consumer));
 }
 
+std::size_t ShmRing::window_consumers() const {
+  // Read again from the shared block, which any consumer can write: never past the table.
+  return static_cast<std::size_t>(
+      std::min<std::uint64_t>(control(0).consumers.load(), kMaxWindowConsumers));
+}
+
 std::size_t ShmRing::window_room(std::size_t buffer_bytes) {
   if (buffer_bytes < kProgressBytes + kWindowPieceBytes) return 0;
   const std::size_t room = buffer_bytes - kProgressBytes;
@@ -258,7 +264,7 @@ void ShmRing::write_through_window(std::uint64_t sequence, std::uint64_t offset,
                                    std::chrono::milliseconds timeout,
                                    const std::function<void()>& check) {
   const std::size_t slot = sequence % slots();
-  const std::size_t consumers = control(slot).consumers.load();
+  const std::size_t consumers = window_consumers();
   std::uint8_t* base = this->window(slot);
   for (std::size_t done = 0; done < n;) {
     const std::uint64_t at = offset + done;

@@ -141,6 +141,7 @@ class ShmRing {
   std::uint8_t* data(std::size_t slot) const { return segments_[slot].payload() + kControlBytes; }
   std::atomic<std::uint64_t>& progress(std::size_t slot, std::size_t consumer) const;
   std::uint8_t* window(std::size_t slot) const { return data(slot) + kProgressBytes; }
+  std::size_t window_consumers() const;  // lines of the progress table in use
   void wait_for_chunk(std::uint64_t sequence, std::size_t bytes, std::chrono::milliseconds timeout,
                       const std::atomic<bool>* producer_gone);
 
