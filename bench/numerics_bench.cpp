@@ -106,6 +106,12 @@ int main(int argc, char** argv) {
       fixtures.push_back(entry.path());
     }
   }
+  for (const auto& name : only) {
+    if (!fs::is_directory(fs::path(HOTSWAP_GOLDEN_DIR) / "model_loader" / name)) {
+      throw std::invalid_argument("no golden fixture '" + name + "' under " +
+                                  (fs::path(HOTSWAP_GOLDEN_DIR) / "model_loader").string());
+    }
+  }
   std::sort(fixtures.begin(), fixtures.end());
   for (const auto& dir : fixtures) {
     // Longer prompts than the fixture's own, for a steadier mean: `prompts` prompts of up to
