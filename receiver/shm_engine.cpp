@@ -119,19 +119,16 @@ void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
                                             const protocol::ChunkSlice& slice,
                                             const protocol::ParamMeta& p, std::size_t window) {
   const auto type = transport::to_scalar_type(p.dtype);
-  const std::uint8_t* chunk = nullptr;
-  auto wait_for = [&](std::size_t end) {
-    chunk = ring_->acquire_for_read(sequence, end, context().timeout, &trainer_gone_);
-  };
   auto destination = model().destination_for(p.name, type, p.shape);
   const bool into_rows =
       destination && destination->device().is_cpu() && destination->is_contiguous();
-  if (window > 0) {
-    // The chunk never lies whole in the buffer: straight into the staged rows, or out into a
-    // tensor of its own for the model to convert.
+  if (into_rows || window > 0) {
+    // Piece by piece right behind the trainer: straight into the staged rows, or (through a
+    // window, where the chunk never lies whole in the buffer) into a tensor of its own for the
+    // model to convert.
     at::Tensor t = into_rows ? *destination : at::empty(p.shape, at::TensorOptions().dtype(type));
-    ring_->read_through_window(sequence, slice.offset, static_cast<std::uint8_t*>(t.data_ptr()),
-                               slice.size, window, context().timeout, &trainer_gone_);
+    ring_->copy_out(sequence, slice.offset, static_cast<std::uint8_t*>(t.data_ptr()), slice.size,
+                    window, context().timeout, &trainer_gone_);
     if (into_rows) {
       model().mark_received(p.name);
     } else {
@@ -139,19 +136,9 @@ void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
     }
     return;
   }
-  if (into_rows) {
-    // Straight into the staged rows, piece by piece right behind the trainer's copy.
-    auto* to = static_cast<std::uint8_t*>(destination->data_ptr());
-    for (std::size_t done = 0; done < slice.size;) {
-      const std::size_t n = std::min(transport::ShmRing::kStreamPieceBytes, slice.size - done);
-      wait_for(slice.offset + done + n);
-      transport::copy_bytes(to + done, chunk + slice.offset + done, n);
-      done += n;
-    }
-    model().mark_received(p.name);
-    return;
-  }
-  wait_for(slice.offset + slice.size);
+  // A whole chunk: the model reads the tensor where it lies and copies it once.
+  const std::uint8_t* chunk = ring_->acquire_for_read(sequence, slice.offset + slice.size,
+                                                      context().timeout, &trainer_gone_);
   at::Tensor t;
   if (slice.offset % protocol::item_size(p.dtype) == 0 && slice.size > 0) {
     t = view_of(chunk + slice.offset, p);  // the model copies it once, where it belongs

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 
 #include "protocol/chunk_plan.hpp"
@@ -10,7 +9,6 @@
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/round_hook.hpp"
-#include "transport/byte_copy.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -105,22 +103,12 @@ void ShmTrainerEngine::send_weights() {
   };
   for (std::size_t c = 0; c < plan.size(); ++c) {
     const std::uint64_t sequence = first_sequence + c;
-    std::uint8_t* out = ring_->acquire_for_write(sequence, info_.timeout);
+    ring_->acquire_for_write(sequence, info_.timeout);
     for (const auto& slice : plan[c].slices) {
       at::Tensor t = next_buffered();
-      const auto* from = static_cast<const std::uint8_t*>(t.data_ptr());
-      if (window > 0) {
-        ring_->write_through_window(sequence, slice.offset, from, slice.size, window, info_.timeout,
-                                    [&] { update.rethrow_if_failed(); });
-        continue;
-      }
       // Piece by piece, each made visible as it lands: the workers copy out right behind.
-      for (std::size_t done = 0; done < slice.size;) {
-        const std::size_t n = std::min(transport::ShmRing::kStreamPieceBytes, slice.size - done);
-        transport::copy_bytes(out + slice.offset + done, from + done, n);
-        done += n;
-        ring_->advance(sequence, slice.offset + done);
-      }
+      ring_->copy_in(sequence, slice.offset, static_cast<const std::uint8_t*>(t.data_ptr()),
+                     slice.size, window, info_.timeout, [&] { update.rethrow_if_failed(); });
     }
     ring_->publish(sequence);
     if (c == 0) reach(RoundPoint::kMidUpdate);

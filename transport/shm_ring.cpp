@@ -333,4 +333,36 @@ void ShmRing::read_through_window(std::uint64_t sequence, std::uint64_t offset, 
   }
 }
 
+void ShmRing::copy_in(std::uint64_t sequence, std::uint64_t offset, const std::uint8_t* from,
+                      std::size_t n, std::size_t window, std::chrono::milliseconds timeout,
+                      const std::function<void()>& check) {
+  if (window > 0) {
+    write_through_window(sequence, offset, from, n, window, timeout, check);
+    return;
+  }
+  std::uint8_t* out = data(sequence % slots()) + offset;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t len = std::min(kStreamPieceBytes, n - done);
+    copy_bytes(out + done, from + done, len);
+    done += len;
+    advance(sequence, offset + done);
+  }
+}
+
+void ShmRing::copy_out(std::uint64_t sequence, std::uint64_t offset, std::uint8_t* to,
+                       std::size_t n, std::size_t window, std::chrono::milliseconds timeout,
+                       const std::atomic<bool>* producer_gone) {
+  if (window > 0) {
+    read_through_window(sequence, offset, to, n, window, timeout, producer_gone);
+    return;
+  }
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t len = std::min(kStreamPieceBytes, n - done);
+    const std::uint8_t* in =
+        acquire_for_read(sequence, offset + done + len, timeout, producer_gone);
+    copy_bytes(to + done, in + offset + done, len);
+    done += len;
+  }
+}
+
 }  // namespace hotswap::transport

@@ -117,6 +117,17 @@ class ShmRing {
   void write_through_window(std::uint64_t sequence, std::uint64_t offset, const std::uint8_t* from,
                             std::size_t n, std::size_t window, std::chrono::milliseconds timeout,
                             const std::function<void()>& check);
+  // Producer: bytes [offset, offset + n) of chunk `sequence` (acquired for writing) into the
+  // ring, each piece made visible as it lands: at their place in the buffer (window 0, advancing
+  // every kStreamPieceBytes), or through a window of that size (write_through_window).
+  void copy_in(std::uint64_t sequence, std::uint64_t offset, const std::uint8_t* from,
+               std::size_t n, std::size_t window, std::chrono::milliseconds timeout,
+               const std::function<void()>& check);
+  // Consumer: the same bytes out, each piece as soon as it is in, right behind the producer.
+  void copy_out(std::uint64_t sequence, std::uint64_t offset, std::uint8_t* to, std::size_t n,
+                std::size_t window, std::chrono::milliseconds timeout,
+                const std::atomic<bool>* producer_gone = nullptr);
+
   // Consumer: ValueError unless this consumer joined and `window` fits the buffers.
   void check_window(std::size_t window) const;
   // Consumer (joined): bytes [offset, offset + n) of chunk `sequence` out of the window, piece by
