@@ -8,6 +8,7 @@
 #include "protocol/sender_ranks.hpp"
 #include "transport/byte_copy.hpp"
 #include "transport/gloo_communicator.hpp"
+#include "transport/receive_pipeline.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
@@ -85,6 +86,9 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
 
 void BroadcastWeightTransferEngine::receive_unpacked(const std::vector<protocol::ParamMeta>& params,
                                                      const std::vector<std::int64_t>& senders) {
+  // The next tensor's receive is posted while this one's bytes arrive (transport/
+  // receive_pipeline.hpp); each is marked received or loaded once it is whole, in order.
+  transport::ReceivePipeline pipeline(*communicator_, context().timeout);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     const int root = static_cast<int>(protocol::sender_of(senders, i));
@@ -92,15 +96,19 @@ void BroadcastWeightTransferEngine::receive_unpacked(const std::vector<protocol:
     // Straight into the model's staged copy where it can take the bytes as they are: no
     // receive buffer, no second copy. Otherwise a buffer, and the model converts on load.
     if (auto destination = model().destination_for(p.name, type, p.shape)) {
-      communicator_->broadcast(*destination, root, context().timeout);
-      model().mark_received(p.name);
+      pipeline.receive(*destination, root, [this, &p] {
+        model().mark_received(p.name);
+        add_bytes_received(p.nbytes());
+      });
     } else {
       at::Tensor tensor = at::empty(p.shape, at::TensorOptions().dtype(type).device(device()));
-      communicator_->broadcast(tensor, root, context().timeout);
-      model().load_weights({{p.name, tensor}});
+      pipeline.receive(tensor, root, [this, &p, tensor] {
+        model().load_weights({{p.name, tensor}});
+        add_bytes_received(p.nbytes());
+      });
     }
-    add_bytes_received(p.nbytes());
   }
+  pipeline.finish();
 }
 
 void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::ParamMeta>& params,
@@ -112,11 +120,20 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
   if (buffers_.size() != ring) buffers_.assign(ring, at::Tensor());
   // On the CPU, chunk k is unpacked (the model's copy into its rows) on a helper thread while
   // chunk k+1 arrives in the next buffer of the ring; serially, every copy stalled the
-  // broadcast. On a GPU the copies are queued on the device and overlap by themselves.
+  // broadcast. On a GPU the copies are queued on the device and overlap by themselves. Chunk
+  // k+1's receive is posted as soon as its buffer is free, before chunk k has landed
+  // (transport/receive_pipeline.hpp).
   const bool overlap = device().is_cpu() && ring > 1;
-  std::future<void> unpacking;  // the previous chunk's; joined on every exit
+  std::future<void> unpacking;  // the latest chunk's; std::async's joins on every exit
+  auto join_unpacking = [&unpacking] {
+    if (unpacking.valid()) unpacking.get();  // that chunk's error, if it had one
+  };
+  transport::ReceivePipeline pipeline(*communicator_, context().timeout);
   for (std::size_t c = 0; c < plan.size(); ++c) {
     const auto& chunk = plan[c];
+    // This buffer last held chunk c - ring: it must have landed and been unpacked.
+    pipeline.drain_to(ring - 1);
+    if (c >= ring) join_unpacking();
     at::Tensor& buffer = buffers_[c % ring];
     const auto bytes = static_cast<std::int64_t>(chunk.size_bytes);
     // A chunk may exceed the buffer size by its last tensor; grow the slot once, keep it.
@@ -125,18 +142,22 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
                          at::TensorOptions().dtype(at::kByte).device(device()));
     }
     at::Tensor received = buffer.narrow(0, 0, bytes);
-    communicator_->broadcast(received, static_cast<int>(chunk.sender_rank), context().timeout);
-    add_bytes_received(chunk.size_bytes);
-    if (unpacking.valid()) unpacking.get();  // the previous chunk's error, if it had one
-    if (overlap) {
-      unpacking = std::async(std::launch::async, [this, &params, &chunk, received] {
-        unpack(params, chunk, received);
-      });
-    } else {
-      unpack(params, chunk, received);
-    }
+    pipeline.receive(received, static_cast<int>(chunk.sender_rank),
+                     [this, &params, &chunk, &unpacking, &join_unpacking, overlap, received] {
+                       add_bytes_received(chunk.size_bytes);
+                       join_unpacking();
+                       if (overlap) {
+                         unpacking =
+                             std::async(std::launch::async, [this, &params, &chunk, received] {
+                               unpack(params, chunk, received);
+                             });
+                       } else {
+                         unpack(params, chunk, received);
+                       }
+                     });
   }
-  if (unpacking.valid()) unpacking.get();
+  pipeline.finish();
+  join_unpacking();
 }
 
 void BroadcastWeightTransferEngine::unpack(const std::vector<protocol::ParamMeta>& params,

@@ -7,10 +7,20 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <memory>
 
 namespace hotswap::transport {
 
 class RendezvousStore;
+
+// A collective started and not yet waited for. It keeps its tensors alive until it completes,
+// even when the handle is dropped unwaited (on an error path).
+class PendingCollective {
+ public:
+  virtual ~PendingCollective();
+  // Blocks until the collective completed: TransferError or TimeoutError as the blocking call.
+  virtual void wait() = 0;
+};
 
 class Communicator {
  public:
@@ -22,6 +32,11 @@ class Communicator {
   // `tensor` must be contiguous: the root sends its bytes, every other rank receives into it.
   // TransferError (or TimeoutError) when a peer fails or the timeout passes.
   virtual void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) = 0;
+  // The same broadcast, returning once it is under way where the implementation can overlap
+  // it with the next (gloo); broadcasts still complete in the order they were started, and
+  // every rank starts them in the same order. The default runs it to completion first.
+  virtual std::unique_ptr<PendingCollective> start_broadcast(at::Tensor tensor, int root,
+                                                             std::chrono::milliseconds timeout);
   virtual void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) = 0;
   // Makes every blocked or later call fail promptly; the communicator is unusable afterwards.
   virtual void abort() = 0;

@@ -19,8 +19,6 @@
 
 namespace hotswap::transport {
 
-Communicator::~Communicator() = default;
-
 struct GlooCommunicator::State {
   std::mutex mutex;  // guards the pointers below against abort() from another thread
   std::unique_ptr<RendezvousStore> store;
@@ -83,7 +81,11 @@ GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)
     auto group_options = c10d::ProcessGroupGloo::Options::create(r.timeout);
     group_options->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(r.master_address)));
-    group_options->threads = 1;
+    // Two threads, so that a receiver can have two broadcasts under way: gloo sends a message
+    // only once its receiver has posted the buffer, and with one thread every broadcast paid
+    // that handshake and the drain of the socket's pipeline (pieces of 16 MiB ran at 0.55-0.65x
+    // one broadcast of the same bytes; with the next one posted early, 0.9-1.05x).
+    group_options->threads = 2;
     state_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(state_->store->store(), r.rank,
                                                                 r.world_size, group_options);
   } catch (const protocol::Error&) {
@@ -115,16 +117,40 @@ void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds 
 }
 }  // namespace
 
+namespace {
+// A gloo broadcast under way. Its Work holds the tensor until the group's thread is done with
+// it, waited for or not.
+class GlooPendingBroadcast final : public PendingCollective {
+ public:
+  GlooPendingBroadcast(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout)
+      : work_(std::move(work)), timeout_(timeout) {}
+  void wait() override {
+    if (work_) hotswap::transport::wait(work_, timeout_, "broadcast");
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;  // null for an empty tensor: nothing to move
+  std::chrono::milliseconds timeout_;
+};
+}  // namespace
+
 void GlooCommunicator::broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) {
+  start_broadcast(tensor, root, timeout)->wait();
+}
+
+std::unique_ptr<PendingCollective> GlooCommunicator::start_broadcast(
+    at::Tensor tensor, int root, std::chrono::milliseconds timeout) {
   auto group = state_->current();
-  if (tensor.numel() == 0) return;  // every rank skips it alike: sizes come from metadata
+  // Every rank skips an empty tensor alike: sizes come from metadata.
+  if (tensor.numel() == 0)
+    return std::make_unique<GlooPendingBroadcast>(c10::intrusive_ptr<c10d::Work>(), timeout);
   // A broadcast moves bytes: sending them as uint8 works for every dtype, including those gloo
   // has no arithmetic for (bfloat16, bool).
   std::vector<at::Tensor> tensors{tensor.view({-1}).view(at::kByte)};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout;
-  wait(group->broadcast(tensors, options), timeout, "broadcast");
+  return std::make_unique<GlooPendingBroadcast>(group->broadcast(tensors, options), timeout);
 }
 
 void GlooCommunicator::all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {

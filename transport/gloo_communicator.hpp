@@ -24,6 +24,8 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
+  std::unique_ptr<PendingCollective> start_broadcast(at::Tensor tensor, int root,
+                                                     std::chrono::milliseconds timeout) override;
   void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
   void abort() override;
   RendezvousStore* store() override;
