@@ -33,6 +33,12 @@ void weight_checker(const json& params) {
 void generate(const json& params) {
   GenerateParams::from_json(params);
 }
+void tokenize(const json& params) {
+  TokenizeParams::from_json(params);
+}
+void detokenize(const json& params) {
+  DetokenizeParams::from_json(params);
+}
 
 // A weight-transfer call: a POST with a JSON body, long, counted under `operation`.
 ControlMethod weight_transfer_call(std::string_view name, std::string_view route,
@@ -82,6 +88,9 @@ const std::vector<ControlMethod>& control_methods() {
        world_size},
       {kWeightChecker, V::kPost, "/weight_checker", {}, true, true, false, "", weight_checker},
       {kGenerate, V::kPost, "/generate", {}, true, true, true, "", generate},
+      // A prompt may be megabytes of text: off the socket's thread.
+      {kTokenize, V::kPost, "/tokenize", {}, true, true, false, "", tokenize},
+      {kDetokenize, V::kPost, "/detokenize", {}, true, true, false, "", detokenize},
       {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object},
       {kShutdown, V::kNone, "", {}, false, true, false, "", any_object},
   };

@@ -29,6 +29,8 @@ inline constexpr std::string_view kIsPaused = "is_paused";
 inline constexpr std::string_view kGetWorldSize = "get_world_size";
 inline constexpr std::string_view kWeightChecker = "weight_checker";
 inline constexpr std::string_view kGenerate = "generate";
+inline constexpr std::string_view kTokenize = "tokenize";
+inline constexpr std::string_view kDetokenize = "detokenize";
 inline constexpr std::string_view kHealth = "health";
 inline constexpr std::string_view kShutdown = "shutdown";
 }  // namespace methods

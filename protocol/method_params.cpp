@@ -147,6 +147,29 @@ PauseParams PauseParams::from_json(const json& params) {
   return p;
 }
 
+TokenizeParams TokenizeParams::from_json(const json& params) {
+  TokenizeParams p;
+  if (field(params, "messages") != nullptr) {
+    throw ValueError(
+        "tokenize with `messages` needs the model's chat template, which hotswap does not "
+        "render; send the text as `prompt`");
+  }
+  auto prompt = string(params, "prompt");
+  if (!prompt) throw ValueError("tokenize needs `prompt`, a string");
+  p.prompt = std::move(*prompt);
+  p.add_special_tokens = boolean(params, "add_special_tokens", p.add_special_tokens);
+  p.return_token_strs = boolean(params, "return_token_strs", p.return_token_strs);
+  return p;
+}
+
+DetokenizeParams DetokenizeParams::from_json(const json& params) {
+  DetokenizeParams p;
+  if (field(params, "tokens") == nullptr)
+    throw ValueError("detokenize needs `tokens`, a list of token ids");
+  p.tokens = token_list(params, "tokens");
+  return p;
+}
+
 WorldSizeParams WorldSizeParams::from_json(const json& params) {
   WorldSizeParams p;
   p.include_dp = boolean(params, "include_dp", p.include_dp);

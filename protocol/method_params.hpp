@@ -29,6 +29,24 @@ struct GenerateParams {
   static GenerateParams from_json(const nlohmann::json& params);
 };
 
+// `tokenize {prompt, add_special_tokens, return_token_strs}`: vLLM's TokenizeCompletionRequest
+// (its `model` field is accepted and not checked; chat `messages` need a chat template, which
+// hotswap does not render).
+struct TokenizeParams {
+  std::string prompt;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+
+  static TokenizeParams from_json(const nlohmann::json& params);
+};
+
+// `detokenize {tokens}`: vLLM's DetokenizeRequest.
+struct DetokenizeParams {
+  std::vector<std::int64_t> tokens;
+
+  static DetokenizeParams from_json(const nlohmann::json& params);
+};
+
 // `pause {mode: abort|wait|keep, clear_cache}`.
 struct PauseParams {
   std::string mode = "abort";

@@ -23,16 +23,20 @@ trap 'stop_launcher; rm -rf "$work"' EXIT
 echo "== a small Qwen3 model (4 layers, bfloat16) as the trainer's starting point"
 "$build/model_loader/hotswap-make-model" --arch qwen3 --layers 4 --hidden-size 256 \
   --intermediate-size 768 --heads 8 --kv-heads 4 --head-dim 64 --vocab 1024 \
-  --dtype bfloat16 --seed 1 --out "$work/model"
+  --dtype bfloat16 --seed 1 --tokenizer "$root/tests/golden/tokenizer/qwen2/tokenizer.json" \
+  --out "$work/model"
 
-generate() {  # generate ENDPOINT: greedy tokens and the weight versions that made them
+generate() {  # generate ENDPOINT: greedy tokens, their text, and the weight versions that made them
   /usr/bin/python3 - "$1" <<'PY'
 import json, sys, zmq
 s = zmq.Context().socket(zmq.REQ); s.RCVTIMEO = 60000; s.connect(sys.argv[1])
-s.send_string(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "generate", "params": {
-    "prompt_token_ids": [1, 20, 300, 4], "max_tokens": 10, "temperature": 0}}))
-r = json.loads(s.recv_string())["result"]
-print(f"   {sys.argv[1]}: tokens {r['token_ids']} versions {r['weight_versions']}")
+def call(method, params):
+    s.send_string(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+    return json.loads(s.recv_string())["result"]
+prompt = call("tokenize", {"prompt": "The trainer pushes weights"})["tokens"]
+r = call("generate", {"prompt_token_ids": prompt, "max_tokens": 10, "temperature": 0})
+text = call("detokenize", {"tokens": r["token_ids"]})["prompt"]
+print(f"   {sys.argv[1]}: tokens {r['token_ids']} ({text!r}) versions {r['weight_versions']}")
 PY
 }
 

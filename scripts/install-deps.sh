@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev
   libboost-test-dev libbenchmark-dev
   libssl-dev libcli11-dev libcpp-httplib-dev python3-zmq
+  libpcre2-dev libicu-dev  # the tokenizer: split patterns, Unicode normalization
   python3-torch  # hosts a TCPStore the way vLLM's trainer does, for the rendezvous interop test
   clang libclang-rt-14-dev  # libFuzzer, for scripts/fuzz.sh
 )

@@ -57,6 +57,8 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "largest control request or HTTP body accepted")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1024), std::size_t(1) << 40));
+  app.add_flag("--skip-tokenizer-init", o.skip_tokenizer_init,
+               "do not load the model's tokenizer.json: serve token ids only (as vLLM's flag)");
   app.add_option("--max-queued-requests", o.max_queued_requests,
                  "generate requests waiting for a batch slot, and long calls waiting for a "
                  "thread; past it, an overloaded error (HTTP 503)")

@@ -32,6 +32,7 @@ struct WorkerOptions {
   std::string api_key;                  // HTTP: Authorization: Bearer <key> (or VLLM_API_KEY)
   std::size_t max_request_bytes = 64u << 20;
   std::size_t max_queued_requests = 4096;
+  bool skip_tokenizer_init = false;  // vLLM's flag: no tokenizer, token ids only
 
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));

@@ -1,5 +1,7 @@
 #include "worker/worker_service.hpp"
 
+#include <filesystem>
+
 #include <chrono>
 #include <future>
 #include <sstream>
@@ -39,6 +41,21 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   parallel_.data_parallel_rank = options.data_parallel_rank;
   parallel_.data_parallel_size = options.data_parallel_size;
   model_ = model_loader::load_model(options.model, model_options(options));
+  const auto tokenizer_file = std::filesystem::path(options.model) / "tokenizer.json";
+  if (!options.skip_tokenizer_init && std::filesystem::exists(tokenizer_file)) {
+    try {
+      tokenizer_ = model_loader::Tokenizer::from_file(tokenizer_file);
+    } catch (const protocol::ValueError& e) {
+      throw protocol::ValueError(std::string(e.what()) +
+                                 " (--skip-tokenizer-init serves token ids without it)");
+    }
+    if (tokenizer_->vocab_size() > model_->config().vocab_size) {
+      throw protocol::ValueError("tokenizer " + tokenizer_file.string() + " has ids up to " +
+                                 std::to_string(tokenizer_->vocab_size() - 1) +
+                                 " but the model's vocab_size is " +
+                                 std::to_string(model_->config().vocab_size));
+    }
+  }
 
   std::unique_ptr<receiver::WeightTransferEngine> engine;
   if (options.weight_transfer_config) {
@@ -217,6 +234,27 @@ void WorkerService::bind_handlers() {
       {m::kWeightChecker, [this](Params params, Gone) { return checker_->handle(params); }},
       {m::kGenerate,
        [this](Params params, Gone caller_gone) { return generate(params, caller_gone); }},
+      {m::kTokenize,
+       [this](Params params, Gone) -> json {
+         // vLLM's TokenizeResponse.
+         auto request = protocol::TokenizeParams::from_json(params);
+         const auto ids = tokenizer().encode(request.prompt, request.add_special_tokens);
+         json strs = nullptr;
+         if (request.return_token_strs) {
+           strs = json::array();
+           for (auto id : ids)
+             strs.push_back(*tokenizer().id_to_token(id));
+         }
+         return {{"count", ids.size()},
+                 {"max_model_len", model_->config().max_position_embeddings},
+                 {"tokens", ids},
+                 {"token_strs", strs}};
+       }},
+      {m::kDetokenize,
+       [this](Params params, Gone) -> json {
+         auto request = protocol::DetokenizeParams::from_json(params);
+         return {{"prompt", tokenizer().decode(request.tokens)}};
+       }},
       {m::kHealth, [this](Params, Gone) { return health(); }},
       {m::kShutdown,
        [this](Params, Gone) -> json {
@@ -339,6 +377,17 @@ void WorkerService::cancel_generate(std::uint64_t ticket) {
 
 void WorkerService::stop_generation() {
   scheduler_->shutdown();
+}
+
+const model_loader::Tokenizer& WorkerService::tokenizer() const {
+  if (!tokenizer_) {
+    throw protocol::RuntimeError(
+        options_.skip_tokenizer_init
+            ? "the worker was started with --skip-tokenizer-init: it serves token ids only"
+            : "the model directory " + options_.model +
+                  " has no tokenizer.json: the worker serves token ids only");
+  }
+  return *tokenizer_;
 }
 
 json WorkerService::generate(const json& params, const std::function<bool()>& caller_gone) {

@@ -14,7 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 #include "model_loader/servable_model.hpp"
+#include "model_loader/tokenizer.hpp"
 #include "worker/generation_scheduler.hpp"
 #include "worker/weight_checker.hpp"
 #include "worker/weight_update_controller.hpp"
@@ -69,10 +72,14 @@ class WorkerService {
   nlohmann::json weight_call(const std::string& name, const std::function<nlohmann::json()>& run);
   nlohmann::json generate(const nlohmann::json& params, const std::function<bool()>& caller_gone);
   nlohmann::json health() const;
+  // The model's tokenizer (tokenize, detokenize); RuntimeError when the worker has none.
+  const model_loader::Tokenizer& tokenizer() const;
 
   WorkerOptions options_;
   receiver::ParallelConfig parallel_;
   std::shared_ptr<model_loader::ServableModel> model_;
+  // From the model directory's tokenizer.json, unless absent or --skip-tokenizer-init.
+  std::optional<model_loader::Tokenizer> tokenizer_;
   std::unique_ptr<WeightUpdateController> controller_;
   std::unique_ptr<GenerationScheduler> scheduler_;
   std::unique_ptr<WeightChecker> checker_;

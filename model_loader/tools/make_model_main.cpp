@@ -3,17 +3,19 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include "model_loader/architecture_registry.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
+#include "model_loader/tokenizer.hpp"
 #include "protocol/errors.hpp"
 
 using namespace hotswap;
 
 int main(int argc, char** argv) {
   CLI::App app{"Write a Hugging Face checkpoint with deterministic random weights"};
-  std::string arch, dtype = "float32", out;
+  std::string arch, dtype = "float32", out, tokenizer_file;
   model_loader::ModelConfig config;
   std::int64_t head_dim = 0;
   std::uint64_t seed = 0, shard_size = 0;
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
                "qwen3_moe: rescale the chosen experts' weights to sum to 1");
   app.add_option("--seed", seed);
   app.add_option("--shard-size", shard_size, "bytes of tensor data per safetensors shard");
+  app.add_option("--tokenizer", tokenizer_file,
+                 "a tokenizer.json to copy into the model (its vocabulary must fit --vocab)");
   app.add_option("--out", out, "output directory")->required();
   CLI11_PARSE(app, argc, argv);
 
@@ -71,6 +75,17 @@ int main(int argc, char** argv) {
     }
     if (config.norm_topk_prob) json["norm_topk_prob"] = true;
     auto parsed = model_loader::ModelConfig::from_json(json);
+    if (!tokenizer_file.empty()) {
+      // Loaded first: a tokenizer the worker would refuse, or ids the model has no row for,
+      // fail here rather than when the model is served.
+      auto tokenizer = model_loader::Tokenizer::from_file(tokenizer_file);
+      if (tokenizer.vocab_size() > parsed.vocab_size) {
+        throw protocol::ValueError("tokenizer " + tokenizer_file + " has ids up to " +
+                                   std::to_string(tokenizer.vocab_size() - 1) +
+                                   ", more than --vocab " + std::to_string(parsed.vocab_size) +
+                                   " rows of the embedding");
+      }
+    }
     auto start = std::chrono::steady_clock::now();
     model_loader::SyntheticCheckpointOptions options;
     options.seed = seed;
@@ -78,6 +93,10 @@ int main(int argc, char** argv) {
     std::uint64_t bytes = model_loader::write_synthetic_checkpoint(out, parsed, options);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!tokenizer_file.empty()) {
+      std::filesystem::copy_file(tokenizer_file, std::filesystem::path(out) / "tokenizer.json",
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
     std::cout << "wrote " << parsed.architecture_name() << " checkpoint to " << out << ": " << bytes
               << " bytes of " << dtype << " weights in " << seconds << " s\n";
   } catch (const std::exception& e) {

@@ -66,7 +66,15 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
                           ValueError, "`weight_version` must be a string");
   HOTSWAP_CHECK_THROW_MSG(validate_params("nope", json::object()), MethodNotFound,
                           "Method not found: 'nope'");
-  BOOST_TEST(method_names().size() == 16u);
+  HOTSWAP_CHECK_THROW_MSG(validate_params("tokenize", json::object()), ValueError,
+                          "tokenize needs `prompt`, a string");
+  HOTSWAP_CHECK_THROW_MSG(validate_params("tokenize", {{"prompt", "a"}, {"add_special_tokens", 1}}),
+                          ValueError, "add_special_tokens");
+  HOTSWAP_CHECK_THROW_MSG(validate_params("detokenize", {{"tokens", {1, -2}}}), ValueError,
+                          "`tokens[1]` must be a non-negative integer token id");
+  HOTSWAP_CHECK_THROW_MSG(validate_params("detokenize", json::object()), ValueError,
+                          "detokenize needs `tokens`");
+  BOOST_TEST(method_names().size() == 18u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -22,12 +22,14 @@
 #include "protocol/jsonrpc.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "transport/gloo_communicator.hpp"
+#include "worker/rpc_error.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
 using namespace std::chrono_literals;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using testing::rpc_error;
 
 namespace {
 
@@ -56,16 +58,6 @@ json generate_params(int max_tokens) {
 std::pair<int, std::string> error_of(const std::string& reply) {
   json doc = json::parse(reply);
   return {doc["error"]["code"].get<int>(), doc["error"]["message"].get<std::string>()};
-}
-
-std::pair<int, std::string> rpc_error(trainer_sdk::RpcClient& client, const std::string& method,
-                                      const json& params) {
-  try {
-    client.call(method, params);
-  } catch (const protocol::Error& e) {
-    return {protocol::error_code(e.kind()), e.what()};
-  }
-  return {0, ""};
 }
 
 int thread_count(pid_t pid) {

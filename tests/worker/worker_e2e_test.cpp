@@ -12,12 +12,14 @@
 #include "protocol/jsonrpc.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "transport/tensor_digest.hpp"
+#include "worker/rpc_error.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
 using namespace std::chrono_literals;
 using nlohmann::json;
 using testing::CheckpointDir;
+using testing::rpc_error;
 using testing::WorkerProcess;
 
 namespace {
@@ -63,17 +65,6 @@ struct Fixture {
 
 trainer_sdk::RpcClient client_for(const WorkerProcess& w) {
   return trainer_sdk::RpcClient(w.endpoint(), 20s);
-}
-
-// The (code, message) of the error reply to one request.
-std::pair<int, std::string> rpc_error(trainer_sdk::RpcClient& client, const std::string& frame) {
-  json reply = json::parse(client.call_raw(frame));
-  BOOST_REQUIRE_MESSAGE(reply.contains("error"), "expected an error, got " << reply.dump());
-  return {reply["error"]["code"].get<int>(), reply["error"]["message"].get<std::string>()};
-}
-std::pair<int, std::string> rpc_error(trainer_sdk::RpcClient& client, const std::string& method,
-                                      const json& params) {
-  return rpc_error(client, protocol::make_request(77, method, params).dump());
 }
 
 json checksums(trainer_sdk::RpcClient& client) {
