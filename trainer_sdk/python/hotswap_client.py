@@ -36,6 +36,8 @@ CONTROL_METHODS = (
     "get_world_size",
     "weight_checker",
     "generate",
+    "tokenize",
+    "detokenize",
     "health",
     "shutdown",
 )
@@ -104,6 +106,12 @@ class HotswapWeightSyncClient:
 
     def weight_info(self):
         return self.call("weight_info")
+
+    def tokenize(self, prompt, **params):
+        return self.call("tokenize", {"prompt": prompt, **params})
+
+    def detokenize(self, tokens):
+        return self.call("detokenize", {"tokens": list(tokens)})
 
     def weight_checker(self, action, **params):
         return self.call("weight_checker", {"action": action, **params})
