@@ -1,9 +1,5 @@
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <thread>
-
 #include <ATen/ops/empty.h>
 
 #include <future>
@@ -291,19 +287,14 @@ void BroadcastTrainerEngine::fail_round(const std::string& cause) {
 std::optional<std::string> BroadcastTrainerEngine::peer_failure() const {
   auto* store = communicator_ ? communicator_->store() : nullptr;
   if (store == nullptr) return std::nullopt;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::min<std::chrono::milliseconds>(kPeerNoteGrace, info_.timeout);
-  while (true) {
-    for (int r = 1; r < info_.trainer_ranks; ++r) {
-      auto said = store->try_get(round_key("rank/" + std::to_string(r)));
-      if (said && said->starts_with("failed: ")) {
-        return "trainer rank " + std::to_string(r) + " failed round " + std::to_string(round_) +
-               ": " + said->substr(8);
-      }
+  for (int r = 1; r < info_.trainer_ranks; ++r) {
+    auto said = store->try_get(round_key("rank/" + std::to_string(r)));
+    if (said && said->starts_with("failed: ")) {
+      return "trainer rank " + std::to_string(r) + " failed round " + std::to_string(round_) +
+             ": " + said->substr(8);
     }
-    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return std::nullopt;
 }
 
 void BroadcastTrainerEngine::await_other_ranks() {

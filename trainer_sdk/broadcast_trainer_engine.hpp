@@ -82,11 +82,8 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   // Many senders: this round's failure, posted for the other ranks, then the group torn down.
   void fail_round(const std::string& cause);
   // Many senders, rank 0: a better diagnosis than its own broken collective, if a peer posted
-  // why it failed this round. A peer posts its cause before it breaks the group, but the
-  // store's set does not wait for the store to take it: a loaded machine can break rank 0's
-  // collective first, so the note is given a moment (kPeerNoteGrace) to arrive.
+  // why it failed this round.
   std::optional<std::string> peer_failure() const;
-  static constexpr std::chrono::milliseconds kPeerNoteGrace{2000};
   // Many senders, rank 0, before finish: every other rank's pass ended cleanly (TransferError
   // naming the first that says it failed).
   void await_other_ranks();

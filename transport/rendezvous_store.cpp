@@ -56,6 +56,11 @@ c10::intrusive_ptr<c10d::Store> RendezvousStore::store() const {
 void RendezvousStore::set(const std::string& key, std::string_view value) {
   try {
     store_->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
+    // c10d's set is sent without a reply; a check on the same connection is answered only after
+    // the store has taken what came before it. Without it a rank that posted why it failed, then
+    // broke the group, could be read before its note landed (seen in e2e.many_senders under
+    // load: rank 0 named its own broken broadcast instead of the peer's cause).
+    store_->check({key});
   } catch (const std::exception& e) {
     throw protocol::TransferError("setting '" + key + "' in the store at " +
                                   rendezvous_.describe() + " failed: " + one_line_cause(e));

@@ -57,6 +57,8 @@ class RendezvousStore {
   const Rendezvous& rendezvous() const { return rendezvous_; }
   c10::intrusive_ptr<c10d::Store> store() const;
 
+  // Returns once the store holds the value, so that any rank reading after that sees it (c10d's
+  // TCPStore sends a set without waiting for the store to take it).
   void set(const std::string& key, std::string_view value);
   // Waits for `key` up to the rendezvous timeout (TimeoutError naming the key).
   std::string get(const std::string& key);

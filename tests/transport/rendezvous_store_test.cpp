@@ -66,4 +66,24 @@ BOOST_AUTO_TEST_CASE(a_gloo_peer_gone_mid_transfer_fails_the_call) {
     BOOST_CHECK_THROW(root.broadcast(large, 0, 5s), protocol::Error);
 }
 
+// A found defect: c10d's set returns before the store has taken the value, so a rank that
+// posted why it failed and then broke the group could be read before its note landed.
+BOOST_AUTO_TEST_CASE(a_value_set_by_one_rank_is_there_for_another_once_set_returns) {
+  const int port = transport::pick_free_port();
+  std::unique_ptr<transport::RendezvousStore> writer;
+  std::thread join([&] {
+    writer = std::make_unique<transport::RendezvousStore>(
+        transport::Rendezvous{"127.0.0.1", port, 1, 2, 20s});
+  });
+  transport::RendezvousStore reader({"127.0.0.1", port, 0, 2, 20s});
+  join.join();
+  BOOST_REQUIRE(writer);
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = "note/" + std::to_string(i);
+    writer->set(key, "failed: " + std::to_string(i));
+    BOOST_REQUIRE_MESSAGE(reader.try_get(key) == "failed: " + std::to_string(i),
+                          "set " << i << " was not visible when set returned");
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
