@@ -56,6 +56,11 @@ def main(worker, make):
         except HotswapError as e:
             assert e.code == -32000 and e.kind == "RuntimeError", (e.code, e.kind)
             assert "start_weight_update must be called before update_weights." in e.message
+        try:
+            client.tokenize("hello")
+            raise AssertionError("tokenize without a tokenizer.json must fail")
+        except HotswapError as e:
+            assert e.code == -32000 and "no tokenizer.json" in e.message, (e.code, e.message)
         print("python client: ok")
     finally:
         proc.terminate()
