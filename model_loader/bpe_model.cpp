@@ -146,7 +146,7 @@ void BpeModel::tokenize(const std::string& piece, std::vector<std::int64_t>& out
   struct Candidate {
     std::int32_t rank;
     int left;
-    std::int64_t left_id, right_id;
+    std::int64_t left_id, right_id, merged_id;
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : left > o.left;
     }
@@ -158,7 +158,7 @@ void BpeModel::tokenize(const std::string& piece, std::vector<std::int64_t>& out
     if (right < 0) return;
     auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
     if (it != merges_.end())
-      queue.push({it->second.first, left, symbols[left].id, symbols[right].id});
+      queue.push({it->second.first, left, symbols[left].id, symbols[right].id, it->second.second});
   };
   for (int i = 0; i + 1 < count; ++i)
     consider(i);
@@ -169,7 +169,7 @@ void BpeModel::tokenize(const std::string& piece, std::vector<std::int64_t>& out
     if (!left.alive || left.id != c.left_id || left.next < 0) continue;
     Symbol& right = symbols[left.next];
     if (right.id != c.right_id) continue;
-    left.id = merges_.at(pair_key(c.left_id, c.right_id)).second;
+    left.id = c.merged_id;
     right.alive = false;
     left.next = right.next;
     if (right.next >= 0) symbols[right.next].prev = c.left;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <unordered_map>
 
 #include "model_loader/bpe_model.hpp"
