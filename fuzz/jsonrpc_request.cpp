@@ -95,6 +95,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   expect_parsed_or_refused([&] { protocol::PauseParams::from_json(request.params); });
   expect_parsed_or_refused([&] { protocol::WorldSizeParams::from_json(request.params); });
   expect_parsed_or_refused([&] { protocol::WeightCheckerParams::from_json(request.params); });
+  expect_parsed_or_refused([&] { protocol::TokenizeParams::from_json(request.params); });
+  expect_parsed_or_refused([&] { protocol::DetokenizeParams::from_json(request.params); });
+  expect_parsed_or_refused([&] {
+    // An accepted completion request always has something to run, within vLLM's bounds.
+    auto p = protocol::CompletionParams::from_json(request.params);
+    HOTSWAP_FUZZ_CHECK(!p.prompts.empty());
+    HOTSWAP_FUZZ_CHECK(p.n >= 1 && p.n <= protocol::CompletionParams::kMaxN);
+    HOTSWAP_FUZZ_CHECK(!p.logprobs || *p.logprobs <= protocol::CompletionParams::kMaxLogprobs);
+    for (const auto& stop : p.stop)
+      HOTSWAP_FUZZ_CHECK(!stop.empty());
+  });
 
   try {
     protocol::validate_params(request.method, request.params);

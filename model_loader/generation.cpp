@@ -21,28 +21,51 @@ void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
   std::vector<Sequence*> active;
   std::vector<std::int64_t> tokens;
   std::vector<ForwardSlice> slices;
+  bool all_positions = false;  // a prefill wants its prompt's logprobs
   for (Sequence* s : batch) {
     if (s->finished()) continue;
     active.push_back(s);
     if (s->cache_.length == 0) {  // prefill: the whole prompt
       tokens.insert(tokens.end(), s->prompt_.begin(), s->prompt_.end());
       slices.push_back({&s->cache_, static_cast<std::int64_t>(s->prompt_.size())});
+      all_positions = all_positions || s->params_.prompt_logprobs;
     } else {  // decode: the last sampled token
       tokens.push_back(s->output_.back());
       slices.push_back({&s->cache_, 1});
     }
   }
   if (active.empty()) return;
-  at::Tensor logits =
-      model.forward(at::tensor(tokens, at::TensorOptions().dtype(at::kLong)), slices);
+  // The rows each slice spans in the logits: one per slice, or one per token.
+  std::vector<std::int64_t> first_row;
+  std::int64_t rows = 0;
+  for (const auto& slice : slices) {
+    first_row.push_back(rows);
+    rows += all_positions ? slice.num_tokens : 1;
+  }
+  at::Tensor logits = model.forward(at::tensor(tokens, at::TensorOptions().dtype(at::kLong)),
+                                    slices, all_positions);
   for (std::size_t i = 0; i < active.size(); ++i) {
     Sequence& s = *active[i];
-    SampledToken next = sample_token(logits[static_cast<std::int64_t>(i)], s.params_, s.generator_);
+    const std::int64_t last = first_row[i] + (all_positions ? slices[i].num_tokens - 1 : 0);
+    if (all_positions && s.params_.prompt_logprobs && s.output_.empty()) {
+      // Position p predicts prompt token p + 1.
+      at::Tensor lp = at::log_softmax(logits.narrow(0, first_row[i], slices[i].num_tokens - 1), -1)
+                          .to(at::kFloat)
+                          .contiguous();
+      for (std::size_t p = 1; p < s.prompt_.size(); ++p) {
+        at::Tensor row = lp[static_cast<std::int64_t>(p - 1)];
+        s.prompt_logprobs_.push_back({s.prompt_[p], row[s.prompt_[p]].item<double>(),
+                                      top_logprobs(row, s.params_.logprobs)});
+      }
+    }
+    SampledToken next = sample_token(logits[last], s.params_, s.generator_);
     s.output_.push_back(next.token);
     s.logprobs_.push_back(next.logprob);
+    s.top_.push_back(std::move(next.top));
     const auto& stops = s.params_.stop_token_ids;
     if (std::find(stops.begin(), stops.end(), next.token) != stops.end()) {
       s.finish_reason_ = "stop";
+      s.stop_token_ = next.token;
     } else if (static_cast<std::int64_t>(s.output_.size()) >= s.params_.max_tokens) {
       s.finish_reason_ = "length";
     }

@@ -25,10 +25,19 @@ class Sequence {
   const SamplingParams& params() const { return params_; }
   const std::vector<std::int64_t>& output_tokens() const { return output_; }
   const std::vector<double>& output_logprobs() const { return logprobs_; }
-  // "stop" (a stop token), "length" (max_tokens), "abort", or nothing while running.
+  // Per output token, the params().logprobs likeliest alternatives (empty lists when 0).
+  const std::vector<std::vector<TokenLogprob>>& output_top_logprobs() const { return top_; }
+  // With params().prompt_logprobs, once prefilled: per prompt token after the first, its logprob
+  // and the likeliest alternatives at its position.
+  const std::vector<SampledToken>& prompt_logprobs() const { return prompt_logprobs_; }
+  // "stop" (a stop token or string), "length" (max_tokens), "abort", or nothing while running.
   const std::optional<std::string>& finish_reason() const { return finish_reason_; }
+  // The stop token that ended the sequence, when one did.
+  std::optional<std::int64_t> stop_token() const { return stop_token_; }
   bool finished() const { return finish_reason_.has_value(); }
   void abort() { finish_reason_ = "abort"; }
+  // Ends the sequence as a stop string does: finish_reason "stop".
+  void stop() { finish_reason_ = "stop"; }
 
  private:
   friend void step(const ServableModel& model, const std::vector<Sequence*>& batch);
@@ -38,7 +47,10 @@ class Sequence {
   KvCache cache_;
   std::vector<std::int64_t> output_;
   std::vector<double> logprobs_;
+  std::vector<std::vector<TokenLogprob>> top_;
+  std::vector<SampledToken> prompt_logprobs_;
   std::optional<std::string> finish_reason_;
+  std::optional<std::int64_t> stop_token_;
 };
 
 // One forward step for every unfinished sequence of `batch`, sampling one token each.

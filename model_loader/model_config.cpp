@@ -164,6 +164,16 @@ static ModelConfig parse(const json& config) {
   if (!protocol::is_floating_point(out.torch_dtype) || protocol::item_size(out.torch_dtype) < 2) {
     unsupported("dtype '" + dtype + "' is not supported (float32, bfloat16, float16 are)");
   }
+  if (auto it = config.find("eos_token_id"); it != config.end() && !it->is_null()) {
+    const json ids = it->is_array() ? *it : json::array({*it});
+    for (const auto& id : ids) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0) {
+        unsupported("`eos_token_id` must be a token id or a list of them, got " +
+                    protocol::describe_json(*it));
+      }
+      out.eos_token_ids.push_back(id.get<std::int64_t>());
+    }
+  }
   architecture.read_config(config, out);
   return out;
 }
@@ -221,8 +231,10 @@ json ModelConfig::to_json() const {
       {"hidden_act", "silu"},
       {"torch_dtype", protocol::dtype_name(torch_dtype)},
       {"bos_token_id", 1},
-      {"eos_token_id", 2},
   };
+  out["eos_token_id"] = eos_token_ids.empty()       ? json(2)
+                        : eos_token_ids.size() == 1 ? json(eos_token_ids.front())
+                                                    : json(eos_token_ids);
   const Architecture& family = ArchitectureRegistry::builtin().find(architecture);
   out["model_type"] = family.model_type;
   if (rope_scaling) {

@@ -45,6 +45,8 @@ struct ModelConfig {
   bool qk_norm = false;                        // Qwen3's per-head RMSNorm on q and k
   std::optional<std::int64_t> sliding_window;  // Mistral's, when set
   protocol::DType torch_dtype = protocol::DType::kFloat32;
+  // `eos_token_id` (one id or a list): completions stop there unless asked to ignore it.
+  std::vector<std::int64_t> eos_token_ids;
 
   // Mixture of experts (num_experts > 0): the MLP of each sparse layer is `num_experts` experts
   // of width moe_intermediate_size, of which a router picks `num_experts_per_tok` per token.

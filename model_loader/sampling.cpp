@@ -5,11 +5,14 @@
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/max.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
+#include <ATen/ops/topk.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <algorithm>
 #include <random>
 
 #include "protocol/errors.hpp"
@@ -27,6 +30,30 @@ void SamplingParams::validate() const {
   if (!(top_p > 0.0 && top_p <= 1.0)) {
     throw protocol::ValueError("top_p must be in (0, 1], got " + std::to_string(top_p));
   }
+  if (top_k < -1) {
+    throw protocol::ValueError("top_k must be 0 (disable), or at least 1, got " +
+                               std::to_string(top_k));
+  }
+  if (!(min_p >= 0.0 && min_p <= 1.0)) {
+    throw protocol::ValueError("min_p must be in [0, 1], got " + std::to_string(min_p));
+  }
+  if (logprobs < 0) {
+    throw protocol::ValueError("logprobs must be non-negative, got " + std::to_string(logprobs));
+  }
+}
+
+std::vector<TokenLogprob> top_logprobs(const at::Tensor& logprobs, std::int64_t k) {
+  std::vector<TokenLogprob> out;
+  k = std::min<std::int64_t>(k, logprobs.size(-1));
+  if (k <= 0) return out;
+  auto [values, indices] = at::topk(logprobs, k);
+  auto v = values.contiguous();
+  auto i = indices.contiguous();
+  const float* vp = v.data_ptr<float>();
+  const std::int64_t* ip = i.data_ptr<std::int64_t>();
+  for (std::int64_t j = 0; j < k; ++j)
+    out.push_back({ip[j], static_cast<double>(vp[j])});
+  return out;
 }
 
 at::Generator make_cpu_generator(std::optional<std::uint64_t> seed) {
@@ -45,6 +72,15 @@ SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params
     token = at::argmax(row).item<std::int64_t>();
   } else {
     at::Tensor probs = at::softmax(row / params.temperature, -1);
+    const std::int64_t vocab = probs.size(0);
+    if (params.top_k > 0 && params.top_k < vocab) {
+      // Everything below the k-th largest probability goes (ties at the k-th stay).
+      at::Tensor kth = std::get<0>(at::topk(probs, params.top_k))[params.top_k - 1];
+      probs = probs.masked_fill(probs < kth, 0.0);
+    }
+    if (params.min_p > 0.0) {
+      probs = probs.masked_fill(probs < probs.max() * params.min_p, 0.0);
+    }
     if (params.top_p < 1.0) {
       auto [sorted, order] = at::sort(probs, /*dim=*/-1, /*descending=*/true);
       // Keep a token while the mass before it is under top_p: the first always stays.
@@ -54,7 +90,7 @@ SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params
     }
     token = at::multinomial(probs, 1, /*replacement=*/false, generator).item<std::int64_t>();
   }
-  return {token, logprobs[token].item<double>()};
+  return {token, logprobs[token].item<double>(), top_logprobs(logprobs, params.logprobs)};
 }
 
 }  // namespace hotswap::model_loader

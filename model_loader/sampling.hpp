@@ -15,17 +15,34 @@ struct SamplingParams {
   std::int64_t max_tokens = 16;
   double temperature = 1.0;  // 0 is greedy
   double top_p = 1.0;        // nucleus: the smallest set of tokens holding this much probability
+  std::int64_t top_k = 0;    // the k likeliest tokens only; 0 (or vLLM's -1): all
+  double min_p = 0.0;        // tokens at least min_p times as likely as the likeliest only
   std::optional<std::uint64_t> seed;
   std::vector<std::int64_t> stop_token_ids;
+  // How many likeliest alternatives to report beside each sampled token's logprob (vLLM's
+  // `logprobs`); 0: the sampled token's only.
+  std::int64_t logprobs = 0;
+  // Also the logprobs of the prompt's tokens, each with `logprobs` alternatives (vLLM's echo with
+  // logprobs); the first token has none.
+  bool prompt_logprobs = false;
 
   // ValueError naming the field on a value out of range.
   void validate() const;
 };
 
-struct SampledToken {
+struct TokenLogprob {
   std::int64_t token = 0;
   double logprob = 0.0;
 };
+
+struct SampledToken {
+  std::int64_t token = 0;
+  double logprob = 0.0;
+  std::vector<TokenLogprob> top;  // the params.logprobs likeliest, likeliest first
+};
+
+// The `k` likeliest tokens of a row of log-probabilities, likeliest first.
+std::vector<TokenLogprob> top_logprobs(const at::Tensor& logprobs, std::int64_t k);
 
 // `generator` is a CPU generator (only used when temperature > 0).
 SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params,

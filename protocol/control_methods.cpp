@@ -39,6 +39,9 @@ void tokenize(const json& params) {
 void detokenize(const json& params) {
   DetokenizeParams::from_json(params);
 }
+void completions(const json& params) {
+  CompletionParams::from_json(params);
+}
 
 // A weight-transfer call: a POST with a JSON body, long, counted under `operation`.
 ControlMethod weight_transfer_call(std::string_view name, std::string_view route,
@@ -89,8 +92,11 @@ const std::vector<ControlMethod>& control_methods() {
       {kWeightChecker, V::kPost, "/weight_checker", {}, true, true, false, "", weight_checker},
       {kGenerate, V::kPost, "/generate", {}, true, true, true, "", generate},
       // A prompt may be megabytes of text: off the socket's thread.
-      {kTokenize, V::kPost, "/tokenize", {}, true, true, false, "", tokenize},
-      {kDetokenize, V::kPost, "/detokenize", {}, true, true, false, "", detokenize},
+      {kTokenize, V::kPost, "/tokenize", {}, true, true, false, "", tokenize, true},
+      {kDetokenize, V::kPost, "/detokenize", {}, true, true, false, "", detokenize, true},
+      // vLLM's OpenAI-compatible server.
+      {kCompletions, V::kPost, "/v1/completions", {}, true, true, true, "", completions, true},
+      {kModels, V::kGet, "/v1/models", {}, false, false, false, "", any_object, true},
       {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object},
       {kShutdown, V::kNone, "", {}, false, true, false, "", any_object},
   };
@@ -135,6 +141,7 @@ json control_methods_json() {
                    {"query_fields", fields},
                    {"takes_json_body", m.takes_json_body},
                    {"long_running", m.long_running},
+                   {"openai", m.openai},
                    {"metric_operation",
                     m.metric_operation.empty() ? json(nullptr) : json(m.metric_operation)}});
   }

@@ -31,6 +31,8 @@ inline constexpr std::string_view kWeightChecker = "weight_checker";
 inline constexpr std::string_view kGenerate = "generate";
 inline constexpr std::string_view kTokenize = "tokenize";
 inline constexpr std::string_view kDetokenize = "detokenize";
+inline constexpr std::string_view kCompletions = "completions";  // POST /v1/completions
+inline constexpr std::string_view kModels = "models";            // GET /v1/models
 inline constexpr std::string_view kHealth = "health";
 inline constexpr std::string_view kShutdown = "shutdown";
 }  // namespace methods
@@ -40,7 +42,9 @@ enum class HttpVerb { kNone, kGet, kPost };  // kNone: on the ZeroMQ socket only
 struct ControlMethod {
   std::string_view name;
   HttpVerb http_verb = HttpVerb::kNone;
-  std::string_view http_route;  // "/<name>", as vLLM's server has it; empty for kNone
+  // "/<name>" as vLLM's server has it ("/v1/<name>" for the OpenAI-compatible routes); empty
+  // for kNone.
+  std::string_view http_route;
   // The query-string fields the route reads as params (vLLM's Query(...) arguments); a route
   // with none takes a JSON object body instead, as vLLM's POST routes do, or nothing (a GET).
   std::vector<std::string_view> query_fields;
@@ -54,6 +58,9 @@ struct ControlMethod {
   std::string_view metric_operation;
   // Checks the params before any work (and before any count): ValueError naming the field.
   void (*validate)(const nlohmann::json& params) = nullptr;
+  // An OpenAI-compatible route: HTTP errors come in OpenAI's error object with vLLM's status
+  // codes ({"error": {message, type, param, code}}), and completions may stream.
+  bool openai = false;
 };
 
 // Every method, in the order docs/architecture.md lists them.

@@ -138,6 +138,216 @@ GenerateParams GenerateParams::from_json(const json& params) {
   return p;
 }
 
+namespace {
+
+// A prompt of ids, checked as vLLM's pydantic model reads list[int].
+std::vector<std::int64_t> prompt_ids(const json& ids, const std::string& where) {
+  std::vector<std::int64_t> out;
+  out.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto id = as_int64(ids[i]);
+    if (!id || *id < 0) {
+      throw ValueError("`" + where + "[" + std::to_string(i) +
+                       "]` must be a non-negative integer token id, got " + describe_json(ids[i]));
+    }
+    out.push_back(*id);
+  }
+  return out;
+}
+
+std::vector<CompletionPrompt> completion_prompts(const json* prompt) {
+  const std::string empty = "Either prompt or prompt_embeds must be provided and non-empty.";
+  if (prompt == nullptr) throw ValueError(empty);
+  const std::string shapes = "a string, a list of token ids, or a list of either";
+  if (prompt->is_string()) {
+    if (prompt->get_ref<const std::string&>().empty()) throw ValueError(empty);
+    return {{prompt->get<std::string>(), {}}};
+  }
+  if (!prompt->is_array()) wrong("prompt", shapes, *prompt);
+  if (prompt->empty()) throw ValueError("please provide at least one prompt");
+  if (!(*prompt)[0].is_array() && !(*prompt)[0].is_string()) {
+    return {{std::nullopt, prompt_ids(*prompt, "prompt")}};
+  }
+  std::vector<CompletionPrompt> out;
+  for (std::size_t i = 0; i < prompt->size(); ++i) {
+    const json& p = (*prompt)[i];
+    const std::string where = "prompt[" + std::to_string(i) + "]";
+    if (p.is_string()) {
+      out.push_back({p.get<std::string>(), {}});
+    } else if (p.is_array()) {
+      out.push_back({std::nullopt, prompt_ids(p, where)});
+    } else {
+      throw ValueError("`" + where + "` must be a string or a list of token ids, got " +
+                       describe_json(p));
+    }
+  }
+  return out;
+}
+
+// The fields of vLLM's CompletionRequest.
+const std::array<std::string_view, 24> kCompletionFields{"model",
+                                                         "prompt",
+                                                         "max_tokens",
+                                                         "temperature",
+                                                         "top_p",
+                                                         "top_k",
+                                                         "min_p",
+                                                         "seed",
+                                                         "n",
+                                                         "stop",
+                                                         "stop_token_ids",
+                                                         "logprobs",
+                                                         "echo",
+                                                         "stream",
+                                                         "stream_options",
+                                                         "include_stop_str_in_output",
+                                                         "ignore_eos",
+                                                         "skip_special_tokens",
+                                                         "add_special_tokens",
+                                                         "return_token_ids",
+                                                         "return_tokens_as_token_ids",
+                                                         "user",
+                                                         "priority",
+                                                         "request_id"};
+
+// vLLM's fields that change what is generated, which hotswap does not implement, with the value
+// that leaves them off: set to anything else, they are refused rather than ignored.
+bool at_default(const json& v, std::string_view key) {
+  if (v.is_null()) return true;
+  if (key == "frequency_penalty" || key == "presence_penalty") return v == 0;
+  if (key == "repetition_penalty" || key == "length_penalty") return v == 1;
+  if (key == "best_of") return v == 1;
+  if (key == "use_beam_search") return v == false;
+  if (key == "min_tokens") return v == 0;
+  if (key == "prompt_logprobs") return false;
+  return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
+}
+const std::array<std::string_view, 17> kUnsupportedCompletionFields{"frequency_penalty",
+                                                                    "presence_penalty",
+                                                                    "repetition_penalty",
+                                                                    "length_penalty",
+                                                                    "best_of",
+                                                                    "use_beam_search",
+                                                                    "min_tokens",
+                                                                    "logit_bias",
+                                                                    "suffix",
+                                                                    "allowed_token_ids",
+                                                                    "bad_words",
+                                                                    "prompt_embeds",
+                                                                    "prompt_logprobs",
+                                                                    "truncate_prompt_tokens",
+                                                                    "guided_json",
+                                                                    "response_format",
+                                                                    "structured_outputs"};
+
+}  // namespace
+
+CompletionParams CompletionParams::from_json(const json& params) {
+  CompletionParams p;
+  field(params, "prompt");  // an object, or the ValueError saying it is not
+  for (const auto& [key, value] : params.items()) {
+    if (std::find(kUnsupportedCompletionFields.begin(), kUnsupportedCompletionFields.end(), key) !=
+        kUnsupportedCompletionFields.end()) {
+      if (!at_default(value, key)) {
+        throw ValueError("`" + key + "` is not supported by hotswap's completions (got " +
+                         describe_json(value) + ")");
+      }
+    } else if (std::find(kCompletionFields.begin(), kCompletionFields.end(), key) ==
+               kCompletionFields.end()) {
+      p.ignored_fields.push_back(key);
+    }
+  }
+  p.model = string(params, "model");
+  p.prompts = completion_prompts(field(params, "prompt"));
+  if (params.contains("max_tokens") && params["max_tokens"].is_null()) {
+    p.max_tokens = std::nullopt;
+  } else {
+    p.max_tokens = integer(params, "max_tokens", 16);
+    if (*p.max_tokens < 0) {
+      throw ValueError("max_tokens must be at least 0, got " + std::to_string(*p.max_tokens) + ".");
+    }
+  }
+  p.temperature = number(params, "temperature", p.temperature);
+  if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature)) {
+    throw ValueError("temperature must be non-negative, got " + std::to_string(p.temperature) +
+                     ".");
+  }
+  p.top_p = number(params, "top_p", p.top_p);
+  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) {
+    throw ValueError("top_p must be in (0, 1], got " + std::to_string(p.top_p) + ".");
+  }
+  p.top_k = integer(params, "top_k", p.top_k);
+  if (p.top_k < -1) {
+    throw ValueError("top_k must be 0 (disable), or at least 1, got " + std::to_string(p.top_k) +
+                     ".");
+  }
+  if (p.top_k == -1) p.top_k = 0;
+  p.min_p = number(params, "min_p", p.min_p);
+  if (!(p.min_p >= 0.0 && p.min_p <= 1.0)) {
+    throw ValueError("min_p must be in [0, 1], got " + std::to_string(p.min_p) + ".");
+  }
+  if (const json* seed = field(params, "seed")) {
+    auto s = as_int64(*seed);
+    if (!s) wrong("seed", "an integer", *seed);
+    p.seed = static_cast<std::uint64_t>(*s);
+  }
+  p.n = integer(params, "n", p.n);
+  if (p.n < 1) throw ValueError("n must be at least 1, got " + std::to_string(p.n) + ".");
+  if (p.n > kMaxN) {
+    throw ValueError("n must be at most " + std::to_string(kMaxN) + ", got " + std::to_string(p.n) +
+                     ".");
+  }
+  // Greedy samples would all be the same sequence.
+  if (p.n > 1 && p.temperature < 1e-5) {
+    throw ValueError("n must be 1 when using greedy sampling, got " + std::to_string(p.n) + ".");
+  }
+  if (const json* stop = field(params, "stop")) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && std::all_of(stop->begin(), stop->end(),
+                                               [](const json& s) { return s.is_string(); })) {
+      p.stop = stop->get<std::vector<std::string>>();
+    } else {
+      wrong("stop", "a string or a list of strings", *stop);
+    }
+    if (std::any_of(p.stop.begin(), p.stop.end(), [](const auto& s) { return s.empty(); })) {
+      throw ValueError("stop cannot contain an empty string.");
+    }
+  }
+  p.stop_token_ids = token_list(params, "stop_token_ids");
+  if (const json* logprobs = field(params, "logprobs")) {
+    auto n = as_int64(*logprobs);
+    if (!n || logprobs->is_boolean()) wrong("logprobs", "an integer", *logprobs);
+    if (*n < 0) throw ValueError("`logprobs` must be a positive value.");
+    if (*n > kMaxLogprobs) {
+      throw ValueError("Requested sample logprobs of " + std::to_string(*n) +
+                       ", which is greater than max allowed: " + std::to_string(kMaxLogprobs));
+    }
+    p.logprobs = *n;
+  }
+  p.echo = boolean(params, "echo", p.echo);
+  p.stream = boolean(params, "stream", p.stream);
+  if (const json* options = field(params, "stream_options")) {
+    if (!options->is_object()) wrong("stream_options", "an object", *options);
+    if (!p.stream) throw ValueError("Stream options can only be defined when `stream=True`.");
+    p.include_usage = boolean(*options, "include_usage", true);
+    p.continuous_usage_stats = boolean(*options, "continuous_usage_stats", false);
+  }
+  p.include_stop_str_in_output =
+      boolean(params, "include_stop_str_in_output", p.include_stop_str_in_output);
+  p.ignore_eos = boolean(params, "ignore_eos", p.ignore_eos);
+  p.skip_special_tokens = boolean(params, "skip_special_tokens", p.skip_special_tokens);
+  p.add_special_tokens = boolean(params, "add_special_tokens", p.add_special_tokens);
+  p.return_token_ids = boolean(params, "return_token_ids", p.return_token_ids);
+  p.return_tokens_as_token_ids =
+      boolean(params, "return_tokens_as_token_ids", p.return_tokens_as_token_ids);
+  if (p.max_tokens == 0 && !p.echo) throw ValueError("max_tokens must be at least 1, got 0.");
+  string(params, "user");
+  string(params, "request_id");
+  integer(params, "priority", 0);
+  return p;
+}
+
 PauseParams PauseParams::from_json(const json& params) {
   PauseParams p;
   if (auto mode = string(params, "mode")) {

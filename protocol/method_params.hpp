@@ -47,6 +47,50 @@ struct DetokenizeParams {
   static DetokenizeParams from_json(const nlohmann::json& params);
 };
 
+// One prompt of a completion request: text (tokenized by the worker) or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<std::int64_t> token_ids;  // when given as ids
+};
+
+// `completions`: vLLM's CompletionRequest (POST /v1/completions). Fields vLLM accepts whose
+// effect hotswap does not implement are refused by name when set to anything but their default;
+// fields neither knows are accepted and listed in `ignored_fields`, as vLLM accepts and logs
+// them.
+struct CompletionParams {
+  static constexpr std::int64_t kMaxLogprobs = 20;  // vLLM's default --max-logprobs
+  static constexpr std::int64_t kMaxN = 16384;      // vLLM's VLLM_MAX_N_SEQUENCES
+
+  std::optional<std::string> model;
+  std::vector<CompletionPrompt> prompts;  // a string, ids, or a batch of either
+  // null: whatever the context leaves; 0 with echo: the prompt back, nothing generated.
+  std::optional<std::int64_t> max_tokens = 16;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::int64_t top_k = 0;
+  double min_p = 0.0;
+  std::optional<std::uint64_t> seed;
+  std::int64_t n = 1;
+  std::vector<std::string> stop;
+  std::vector<std::int64_t> stop_token_ids;
+  std::optional<std::int64_t> logprobs;  // alternatives per token, up to kMaxLogprobs
+  bool echo = false;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool add_special_tokens = true;
+  bool return_token_ids = false;
+  bool return_tokens_as_token_ids = false;
+  std::vector<std::string> ignored_fields;
+
+  static CompletionParams from_json(const nlohmann::json& params);
+};
+
+// `models`: GET /v1/models takes nothing.
+
 // `pause {mode: abort|wait|keep, clear_cache}`.
 struct PauseParams {
   std::string mode = "abort";

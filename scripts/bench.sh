@@ -38,6 +38,7 @@ run "$bench/hotswap_moe_decode_bench"
 run "$bench/hotswap_numerics_bench" --json
 run "$bench/hotswap_many_senders_bench"
 run "$bench/hotswap_tokenizer_bench" --json
+run "$bench/hotswap_serving_bench" --json
 for g in hotswap_plan_bench hotswap_source_bench; do
   if [ -x "$bench/$g" ]; then
     echo "bench.sh: running $g ..." >&2

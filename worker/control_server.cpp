@@ -207,6 +207,44 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
   if (connection >= 0) connection_of_ticket_.emplace(*ticket, connection);
 }
 
+void ControlServer::start_completion(const protocol::RpcRequest& request, Reply reply,
+                                     int connection) {
+  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
+  const auto id = request.id;
+  const auto id_text = request.id_text;
+  std::shared_ptr<CompletionRun> run;
+  try {
+    if (request.params.is_object() && request.params.value("stream", false) == true) {
+      throw protocol::ValueError(
+          "`stream: true` is served on the HTTP route /v1/completions (server-sent events); "
+          "over ZeroMQ a completion comes back whole");
+    }
+    protocol::validate_params(request.method, request.params);
+    run = service_.start_completion(request.params);
+  } catch (const std::exception& e) {
+    send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
+    if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";
+    return;
+  }
+  const auto ticket = run->first_ticket();
+  // Weakly: the run owns the callback, which must not keep the run alive.
+  std::weak_ptr<CompletionRun> weak = run;
+  run->when_done([this, envelope, weak, ticket, id, id_text] {
+    Reply out{std::move(*envelope), {}, ticket};
+    try {
+      auto finished = weak.lock();
+      if (!finished) throw protocol::RuntimeError("the completion was dropped");
+      out.body = protocol::reply_frame(
+          protocol::make_result(id, nlohmann::json::parse(finished->response().dump())), id_text);
+    } catch (const std::exception& e) {
+      out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
+      if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";
+    }
+    complete(std::move(out));
+  });
+  if (connection >= 0) connection_of_ticket_.emplace(ticket, connection);
+}
+
 void ControlServer::handle(std::vector<zmq::message_t> frames) {
   if (frames.size() < 2) return;  // no routing identity: nothing to answer
   Reply reply;
@@ -231,6 +269,10 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
   // and stops when its connection goes.
   if (request.method == protocol::methods::kGenerate) {
     start_generate(request, std::move(reply), connection);
+    return;
+  }
+  if (request.method == protocol::methods::kCompletions) {
+    start_completion(request, std::move(reply), connection);
     return;
   }
   // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.

@@ -54,6 +54,7 @@ class ControlServer {
 
   void handle(std::vector<zmq::message_t> frames);
   void start_generate(const protocol::RpcRequest& request, Reply reply, int connection);
+  void start_completion(const protocol::RpcRequest& request, Reply reply, int connection);
   void send(Reply reply);
   void complete(Reply reply);  // from any thread: queue it for the socket thread
   void flush();
@@ -72,8 +73,8 @@ class ControlServer {
   EventFd completions_;
   std::mutex mutex_;
   std::deque<Reply> done_;
-  // Generate requests still running, and the descriptor of the connection each came on: a
-  // client that disconnects cancels them. Touched by the socket thread only.
+  // Generate and completions requests still running, and the descriptor of the connection each came
+  // on: a client that disconnects cancels them. Touched by the socket thread only.
   std::map<std::uint64_t, int> connection_of_ticket_;
 
   BoundedThreadPool pool_;  // the long calls'

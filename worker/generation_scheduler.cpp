@@ -25,12 +25,12 @@ nlohmann::json GenerateResult::to_json(bool with_logprobs) const {
 }
 
 GenerationScheduler::GenerationScheduler(std::shared_ptr<const model_loader::ServableModel> model,
-                                         VersionSource version, std::size_t max_batch,
-                                         std::size_t max_waiting)
-    : model_(std::move(model)),
-      version_(std::move(version)),
-      max_batch_(max_batch),
-      max_waiting_(max_waiting) {
+                                         VersionSource version, SchedulerLimits limits,
+                                         ServingMetrics* metrics)
+    : model_(std::move(model)), version_(std::move(version)), limits_(limits), metrics_(metrics) {
+  if (limits_.max_num_seqs < 1 || limits_.max_num_batched_tokens < 1) {
+    throw protocol::ValueError("max_num_seqs and max_num_batched_tokens must be at least 1");
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -82,11 +82,13 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
   }
   r.done = std::move(done);
   r.deadline = deadline;
+  r.on_token = std::move(request.on_token);
+  r.arrival = Clock::now();
   std::uint64_t ticket = 0;
   {
     std::lock_guard lock(mutex_);
     if (closed_) throw protocol::RuntimeError("the worker is shutting down");
-    if (waiting_.size() >= max_waiting_) {
+    if (waiting_.size() >= limits_.max_waiting) {
       throw protocol::OverloadedError(
           "the worker is overloaded: " + std::to_string(waiting_.size()) +
           " generate requests are already waiting for a batch slot (--max-queued-requests); "
@@ -125,17 +127,40 @@ bool GenerationScheduler::cancel(std::uint64_t ticket) {
   return false;
 }
 
+void GenerationScheduler::record_end(const Running& r, const std::string& reason) {
+  if (metrics_ == nullptr) return;
+  metrics_->request_finished(std::chrono::duration<double>(Clock::now() - r.arrival).count(),
+                             reason);
+}
+
 void GenerationScheduler::finish(Running& r) {
   const auto& s = *r.sequence;
   GenerateResult result{s.output_tokens(), s.output_logprobs(), s.finish_reason().value_or("abort"),
                         r.spans};
+  record_end(r, result.finish_reason);
   auto done = std::move(r.done);
   if (done) done(GenerateOutcome{std::move(result), nullptr});
 }
 
 void GenerationScheduler::fail(Running& r, std::exception_ptr error) {
+  record_end(r, "abort");
   auto done = std::move(r.done);
   if (done) done(GenerateOutcome{std::nullopt, std::move(error)});
+}
+
+void GenerationScheduler::admit() {
+  // Every running sequence decodes one token this step; each newcomer prefills its prompt.
+  std::size_t tokens = running_.size();
+  while (!draining_ && !waiting_.empty() && running_.size() < limits_.max_num_seqs) {
+    const std::size_t prompt = waiting_.front().sequence->prompt().size();
+    // First come, first served: a prompt over the budget waits for the batch to empty, then runs
+    // alone, and nothing behind it overtakes it.
+    if (tokens + prompt > limits_.max_num_batched_tokens && tokens != 0) break;
+    tokens += prompt;
+    if (metrics_ != nullptr) metrics_->prompt_tokens(prompt);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
 }
 
 GenerationScheduler::Clock::time_point GenerationScheduler::expire(Clock::time_point now) {
@@ -188,10 +213,7 @@ void GenerationScheduler::loop() {
       }
     }
     if (holds_ != 0 || interrupts_ != 0 || paused_) continue;
-    while (!draining_ && !waiting_.empty() && running_.size() < max_batch_) {
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-    }
+    admit();
     if (running_.empty()) continue;
     std::vector<model_loader::Sequence*> batch;
     for (auto& r : running_)
@@ -209,6 +231,8 @@ void GenerationScheduler::loop() {
 
     lock.lock();
     stepping_ = false;
+    const auto now = Clock::now();
+    if (metrics_ != nullptr && error.empty()) metrics_->generation_tokens(batch.size());
     for (auto it = running_.begin(); it != running_.end();) {
       auto& s = *it->sequence;
       if (!error.empty()) {
@@ -222,6 +246,14 @@ void GenerationScheduler::loop() {
       } else {
         it->spans.back().end = produced;
       }
+      if (metrics_ != nullptr) {
+        const auto since = produced == 1 ? it->arrival : it->last_token;
+        const double seconds = std::chrono::duration<double>(now - since).count();
+        produced == 1 ? metrics_->time_to_first_token(seconds)
+                      : metrics_->time_per_output_token(seconds);
+      }
+      it->last_token = now;
+      if (it->on_token && !it->on_token(s, version) && !s.finished()) s.stop();
       if (s.finished()) {
         finish(*it);
         it = running_.erase(it);
@@ -301,6 +333,16 @@ void GenerationScheduler::release() {
 std::size_t GenerationScheduler::in_flight() const {
   std::lock_guard lock(mutex_);
   return running_.size() + waiting_.size();
+}
+
+std::size_t GenerationScheduler::running() const {
+  std::lock_guard lock(mutex_);
+  return running_.size();
+}
+
+std::size_t GenerationScheduler::waiting() const {
+  std::lock_guard lock(mutex_);
+  return waiting_.size();
 }
 
 }  // namespace hotswap::worker

@@ -1,8 +1,12 @@
-// GenerationScheduler: the worker's generation loop. Requests wait in a queue and join the
-// running batch at the next step; every step advances all running sequences by one token (see
-// model_loader/generation). Between two steps the weights may change (a staged commit), and
-// each request records which weight_version produced which of its tokens as
-// [version, start, end) spans.
+// GenerationScheduler: the worker's generation loop, continuously batched. Requests wait in a
+// queue and join the running batch at the next step; every step advances all running sequences
+// by one token (see model_loader/generation) and a sequence leaves the batch the step it ends.
+// Two limits bound a step, as vLLM's flags of the same names do: at most `max_num_seqs`
+// sequences run, and a step computes at most `max_num_batched_tokens` tokens (each decode is one,
+// a prefill its whole prompt; a prompt longer than the budget runs alone). Each request may watch
+// its tokens as they come (`on_token`: streaming, stop strings). Between two steps the weights
+// may change (a staged commit), and each request records which weight_version produced which of
+// its tokens as [version, start, end) spans.
 //
 // pause(mode): `abort` ends every request in flight with finish_reason "abort"; `wait` lets them
 // finish and admits nothing new; `keep` freezes them where they are, to continue after resume()
@@ -31,6 +35,7 @@
 
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
+#include "worker/serving_metrics.hpp"
 
 namespace hotswap::worker {
 
@@ -41,6 +46,17 @@ struct GenerateRequest {
   std::vector<std::int64_t> prompt_token_ids;
   model_loader::SamplingParams params;
   bool logprobs = false;
+  // Called after every step that gave this request a token, on the scheduler's thread with its
+  // lock held (it must be quick and must not call back into the scheduler), with the version
+  // that produced the token. Returning false ends the request there, finish_reason "stop".
+  std::function<bool(const model_loader::Sequence&, const std::optional<std::string>& version)>
+      on_token;
+};
+
+struct SchedulerLimits {
+  std::size_t max_num_seqs = 64;              // sequences in one step
+  std::size_t max_num_batched_tokens = 2048;  // tokens computed in one step
+  std::size_t max_waiting = 4096;             // requests waiting for a slot
 };
 
 struct VersionSpan {
@@ -74,9 +90,10 @@ class GenerationScheduler {
   // scheduler.
   using Completion = std::function<void(GenerateOutcome)>;
 
+  // `metrics`, if given, records the serving figures and must outlive the scheduler.
   GenerationScheduler(std::shared_ptr<const model_loader::ServableModel> model,
-                      VersionSource version, std::size_t max_batch = 32,
-                      std::size_t max_waiting = 4096);
+                      VersionSource version, SchedulerLimits limits = {},
+                      ServingMetrics* metrics = nullptr);
   ~GenerationScheduler();  // aborts what is in flight and joins the loop
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
@@ -104,6 +121,8 @@ class GenerationScheduler {
   void release();
 
   std::size_t in_flight() const;
+  std::size_t running() const;
+  std::size_t waiting() const;
 
  private:
   struct Running {
@@ -112,6 +131,9 @@ class GenerationScheduler {
     Completion done;
     Clock::time_point deadline;
     std::vector<VersionSpan> spans;
+    std::function<bool(const model_loader::Sequence&, const std::optional<std::string>&)> on_token;
+    Clock::time_point arrival;
+    Clock::time_point last_token;
   };
 
   void loop();
@@ -122,13 +144,17 @@ class GenerationScheduler {
   void abort_all();
   void finish(Running& r);
   void fail(Running& r, std::exception_ptr error);
+  // The serving metrics of a request that ended with `reason`.
+  void record_end(const Running& r, const std::string& reason);
+  // Moves waiting requests into the batch within the limits.
+  void admit();
   // Ends every request whose deadline passed; returns the earliest deadline left.
   Clock::time_point expire(Clock::time_point now);
 
   std::shared_ptr<const model_loader::ServableModel> model_;
   VersionSource version_;
-  std::size_t max_batch_;
-  std::size_t max_waiting_;
+  SchedulerLimits limits_;
+  ServingMetrics* metrics_;
   std::uint64_t next_ticket_ = 1;
   std::vector<std::uint64_t> cancelled_;  // running requests to end after the step in progress
 

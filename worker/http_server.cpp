@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <cctype>
 #include <iostream>
 #include <optional>
@@ -11,6 +13,7 @@
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "worker/bounded_thread_pool.hpp"
+#include "worker/completion_service.hpp"
 #include "worker/peer_hangup.hpp"
 
 namespace hotswap::worker {
@@ -73,6 +76,53 @@ std::optional<json> body_of(const httplib::Request& req, httplib::Response& res)
     return std::nullopt;
   }
   return body;
+}
+
+void reply_openai_error(httplib::Response& res, const std::exception& e) {
+  auto error = openai_error(e);
+  res.status = error.status;
+  res.set_content(error.body.dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+// The JSON body of an OpenAI-compatible route, refused in vLLM's error object.
+std::optional<json> openai_body_of(const httplib::Request& req, httplib::Response& res) {
+  if (req.body.empty()) return json::object();
+  auto parsed = protocol::parse_bounded_json(req.body);
+  if (!parsed.ok() || !parsed.value.is_object()) {
+    reply_openai_error(
+        res,
+        protocol::ValueError(parsed.ok() ? "the request body must be a JSON object"
+                                         : "the request body is not valid JSON: " + parsed.reason));
+    return std::nullopt;
+  }
+  return std::move(parsed.value);
+}
+
+// Server-sent events: one `data: <chunk>` per chunk as the run produces it, then
+// `data: [DONE]`. A client that hangs up cancels the run.
+void stream_completion(httplib::Response& res, std::shared_ptr<CompletionRun> run) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [run](std::size_t, httplib::DataSink& sink) {
+        bool finished = false;
+        for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished)) {
+          const std::string event = "data: " + chunk + "\n\n";
+          if (!sink.write(event.data(), event.size())) return false;
+        }
+        if (finished) {
+          static constexpr std::string_view kDone = "data: [DONE]\n\n";
+          if (!sink.write(kDone.data(), kDone.size())) return false;
+          sink.done();
+        } else if (!sink.is_writable()) {
+          return false;
+        }
+        return true;
+      },
+      [run](bool success) {
+        if (!success) run->cancel();  // the client went away mid-stream
+      });
 }
 
 // A query-string value as FastAPI reads a bool parameter, if it reads as one.
@@ -160,7 +210,7 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
               << " are reachable beyond this host without an API key; anyone who can connect "
                  "can replace or read the weights (see --api-key)\n";
   }
-  const std::size_t threads = 8, max_queued = options.max_queued_requests;
+  const std::size_t threads = options.http_threads, max_queued = options.max_queued_requests;
   server_->new_task_queue = [threads, max_queued] {
     return new BoundedTaskQueue(threads, max_queued);
   };
@@ -197,10 +247,47 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
                   typed ? std::string(protocol::error_type_name(typed->kind())) : "RuntimeError");
     }
   };
+  // vLLM's OpenAI-compatible routes: their errors in OpenAI's error object, and completions
+  // answered whole or streamed.
+  auto openai = [this](const protocol::ControlMethod* m) {
+    return [this, m](const httplib::Request& req, httplib::Response& res) {
+      auto body = openai_body_of(req, res);
+      if (!body) return;
+      try {
+        if (m->name == protocol::methods::kModels) {  // in vLLM's key order
+          res.set_content(service_.models().dump(), "application/json");
+          return;
+        }
+        if (m->name != protocol::methods::kCompletions) {
+          reply(res, 200, service_.call(std::string(m->name), *body));
+          return;
+        }
+        auto run = service_.start_completion(*body);
+        if (run->streaming()) {
+          stream_completion(res, std::move(run));
+          return;
+        }
+        auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
+                                                 req.remote_port);
+        const auto response = run->wait([peer] { return peer->hung_up(); });
+        res.status = 200;
+        res.set_content(response.dump(-1, ' ', false, json::error_handler_t::replace),
+                        "application/json");
+      } catch (const std::exception& e) {
+        reply_openai_error(res, e);
+      }
+    };
+  };
   // Every route of the control-method table; its params come from the JSON body or the query.
   for (const auto& method : protocol::control_methods()) {
     if (method.http_verb == protocol::HttpVerb::kNone) continue;
     const protocol::ControlMethod* m = &method;  // the table lives as long as the process
+    if (m->openai) {
+      const std::string route(m->http_route);
+      m->http_verb == protocol::HttpVerb::kGet ? (void)server_->Get(route, openai(m))
+                                               : (void)server_->Post(route, openai(m));
+      continue;
+    }
     auto handler = [call, m](const httplib::Request& req, httplib::Response& res) {
       json params = json::object();
       if (m->takes_json_body) {
@@ -225,10 +312,20 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
     }
   }
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(service_), "text/plain; version=0.0.4");
+    res.set_content(render_metrics(service_) + service_.serving_metrics(),
+                    "text/plain; version=0.0.4");
   });
 
+  // cpp-httplib listens with a backlog of 5: 64 clients connecting at once overflow it, and a
+  // dropped handshake can stall a request past the server's 5 s read timeout. The listening
+  // socket is remembered here and given the system's backlog once bound.
+  auto listening = std::make_shared<int>(-1);
+  server_->set_socket_options([listening](int sock) {
+    httplib::default_socket_options(sock);
+    *listening = sock;
+  });
   port_ = server_->bind_to_port(host, port) ? port : -1;
+  if (port_ >= 0 && *listening >= 0) ::listen(*listening, SOMAXCONN);
   if (port_ < 0) {
     throw protocol::RuntimeError("cannot bind the HTTP routes to " + host + ":" +
                                  std::to_string(port));

@@ -64,6 +64,20 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "thread; past it, an overloaded error (HTTP 503)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 24));
+  app.add_option("--served-model-name", o.served_model_name,
+                 "the model name the OpenAI-compatible routes answer to (default: --model)");
+  app.add_option("--max-num-seqs", o.max_num_seqs,
+                 "most sequences in one generation step (continuous batching)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 16));
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                 "most tokens one generation step computes (a prompt over it runs alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 24));
+  app.add_option("--http-threads", o.http_threads,
+                 "HTTP connections served at once; a streaming or waiting request holds one")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(4096)));
   try {
     app.parse(argc, argv);
     o.update_mode = model_loader::update_mode_from_name(update_mode);

@@ -32,7 +32,11 @@ struct WorkerOptions {
   std::string api_key;                  // HTTP: Authorization: Bearer <key> (or VLLM_API_KEY)
   std::size_t max_request_bytes = 64u << 20;
   std::size_t max_queued_requests = 4096;
-  bool skip_tokenizer_init = false;  // vLLM's flag: no tokenizer, token ids only
+  bool skip_tokenizer_init = false;           // vLLM's flag: no tokenizer, token ids only
+  std::string served_model_name;              // the `model` of the OpenAI routes; empty: --model
+  std::size_t max_num_seqs = 64;              // sequences in one generation step
+  std::size_t max_num_batched_tokens = 2048;  // tokens computed in one generation step
+  std::size_t http_threads = 128;  // HTTP connections served at once (a stream holds one)
 
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));

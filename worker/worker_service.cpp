@@ -66,8 +66,14 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   }
   controller_ = std::make_unique<WeightUpdateController>(std::move(engine), parallel_);
   scheduler_ = std::make_unique<GenerationScheduler>(
-      model_, [this] { return controller_->weight_version(); }, /*max_batch=*/32,
-      options.max_queued_requests);
+      model_, [this] { return controller_->weight_version(); },
+      SchedulerLimits{options.max_num_seqs, options.max_num_batched_tokens,
+                      options.max_queued_requests},
+      &metrics_);
+  completions_ = std::make_unique<CompletionService>(
+      *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(),
+      options.served_model_name.empty() ? options.model : options.served_model_name, options.model,
+      options.timeout());
   checker_ = std::make_unique<WeightChecker>(model_, parallel_.data_parallel_rank,
                                              parallel_.global_rank());
   bind_handlers();
@@ -75,6 +81,7 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
 
 WorkerService::~WorkerService() {
   scheduler_.reset();  // aborts generation before the model goes
+  completions_.reset();
   controller_.reset();
 }
 
@@ -255,6 +262,16 @@ void WorkerService::bind_handlers() {
          auto request = protocol::DetokenizeParams::from_json(params);
          return {{"prompt", tokenizer().decode(request.tokens)}};
        }},
+      {m::kCompletions,
+       [this](Params params, Gone caller_gone) -> json {
+         if (params.value("stream", false) == true) {
+           throw protocol::ValueError(
+               "`stream: true` is served on the HTTP route /v1/completions (server-sent "
+               "events); over ZeroMQ a completion comes back whole");
+         }
+         return json::parse(start_completion(params)->wait(caller_gone).dump());
+       }},
+      {m::kModels, [this](Params, Gone) { return json::parse(completions_->models().dump()); }},
       {m::kHealth, [this](Params, Gone) { return health(); }},
       {m::kShutdown,
        [this](Params, Gone) -> json {
@@ -335,22 +352,8 @@ json WorkerService::weight_call(const std::string& name, const std::function<jso
 
 std::uint64_t WorkerService::generate_async(const json& params, GenerateDone done) {
   auto p = protocol::GenerateParams::from_json(params);
-  // vLLM's limits and messages: prompt and completion together fit the model's context.
-  const std::int64_t max_len = model_->config().max_position_embeddings;
-  const auto input = static_cast<std::int64_t>(p.prompt_token_ids.size());
-  if (input > max_len) {
-    throw protocol::ValueError("This model's maximum context length is " + std::to_string(max_len) +
-                               " tokens. However, your request has " + std::to_string(input) +
-                               " input tokens. Please reduce the length of the input messages.");
-  }
-  if (p.max_tokens > max_len - input) {
-    throw protocol::ValueError(
-        "'max_tokens' or 'max_completion_tokens' is too large: " + std::to_string(p.max_tokens) +
-        ". This model's maximum context length is " + std::to_string(max_len) +
-        " tokens and your request has " + std::to_string(input) + " input tokens (" +
-        std::to_string(p.max_tokens) + " > " + std::to_string(max_len) + " - " +
-        std::to_string(input) + ").");
-  }
+  fit_to_context(model_->config().max_position_embeddings,
+                 static_cast<std::int64_t>(p.prompt_token_ids.size()), p.max_tokens);
   GenerateRequest request;
   request.prompt_token_ids = std::move(p.prompt_token_ids);
   request.params.max_tokens = p.max_tokens;
@@ -371,8 +374,16 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
                             });
 }
 
+std::shared_ptr<CompletionRun> WorkerService::start_completion(const json& params) {
+  return completions_->start(params);
+}
+
+std::string WorkerService::serving_metrics() const {
+  return metrics_.render(completions_->model_name(), scheduler_->running(), scheduler_->waiting());
+}
+
 void WorkerService::cancel_generate(std::uint64_t ticket) {
-  scheduler_->cancel(ticket);
+  if (!completions_->cancel(ticket)) scheduler_->cancel(ticket);
 }
 
 void WorkerService::stop_generation() {

@@ -18,7 +18,9 @@
 
 #include "model_loader/servable_model.hpp"
 #include "model_loader/tokenizer.hpp"
+#include "worker/completion_service.hpp"
 #include "worker/generation_scheduler.hpp"
+#include "worker/serving_metrics.hpp"
 #include "worker/weight_checker.hpp"
 #include "worker/weight_update_controller.hpp"
 #include "worker/worker_options.hpp"
@@ -41,11 +43,18 @@ class WorkerService {
   // request is dropped with a TimeoutError after --timeout. Returns a ticket for cancel_generate.
   using GenerateDone = std::function<void(nlohmann::json result, std::exception_ptr error)>;
   std::uint64_t generate_async(const nlohmann::json& params, GenerateDone done);
-  // The caller of `ticket` went away: stop generating for it.
+  // The caller of `ticket` went away: stop generating for it (a generate's ticket, or a
+  // completion's first_ticket()).
   void cancel_generate(std::uint64_t ticket);
   // Ends every generate request (finish_reason "abort") and refuses new ones: called once the
   // control loop stops, so that every caller hears back before the servers go.
   void stop_generation();
+
+  // POST /v1/completions: starts the run the HTTP route streams or waits for (throws on bad
+  // input before anything runs).
+  std::shared_ptr<CompletionRun> start_completion(const nlohmann::json& params);
+  // GET /v1/models.
+  nlohmann::ordered_json models() const { return completions_->models(); }
 
   bool shutdown_requested() const { return shutdown_requested_; }
   // One line for the start-up log: what was loaded and how.
@@ -59,6 +68,8 @@ class WorkerService {
   std::map<std::string, OperationStats> operation_stats() const;
   std::optional<std::string> weight_version() const { return controller_->weight_version(); }
   std::uint64_t bytes_received() const { return controller_->bytes_received(); }
+  // vLLM's serving metrics in Prometheus text.
+  std::string serving_metrics() const;
 
  private:
   using CallerGone = std::function<bool()>;
@@ -81,7 +92,9 @@ class WorkerService {
   // From the model directory's tokenizer.json, unless absent or --skip-tokenizer-init.
   std::optional<model_loader::Tokenizer> tokenizer_;
   std::unique_ptr<WeightUpdateController> controller_;
+  ServingMetrics metrics_;  // before the scheduler, which records into it
   std::unique_ptr<GenerationScheduler> scheduler_;
+  std::unique_ptr<CompletionService> completions_;
   std::unique_ptr<WeightChecker> checker_;
   std::map<std::string_view, Handler> handlers_;
   std::string backend_;

@@ -105,6 +105,42 @@ BOOST_FIXTURE_TEST_CASE(batched_requests_equal_requests_alone, Fixture) {
              model_loader::generate(*model, {other}, sampled(21, 5))[0].token_ids);
 }
 
+BOOST_FIXTURE_TEST_CASE(top_k_one_is_greedy_and_alternatives_are_the_likeliest, Fixture) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  auto expected = model_loader::generate(*model, {kPrompt}, greedy).at(0).token_ids;
+  auto params = sampled(5, 6);
+  params.top_k = 1;
+  BOOST_TEST(model_loader::generate(*model, {kPrompt}, params).at(0).token_ids == expected);
+  params.top_k = 0;
+  params.min_p = 1.0;  // only tokens as likely as the likeliest
+  BOOST_TEST(model_loader::generate(*model, {kPrompt}, params).at(0).token_ids == expected);
+
+  // Alternatives, likeliest first; with echo, the prompt's own logprobs equal score()'s.
+  params = sampled(9, 4);
+  params.logprobs = 3;
+  params.prompt_logprobs = true;
+  model_loader::Sequence s(kPrompt, params);
+  while (!s.finished())
+    model_loader::step(*model, {&s});
+  BOOST_REQUIRE_EQUAL(s.output_top_logprobs().size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto& top = s.output_top_logprobs()[i];
+    BOOST_REQUIRE_EQUAL(top.size(), 3u);
+    BOOST_TEST(top[0].logprob >= top[1].logprob);
+    BOOST_TEST(top[1].logprob >= top[2].logprob);
+    BOOST_TEST(s.output_logprobs()[i] <= top[0].logprob + 1e-9);
+  }
+  const std::vector<std::int64_t> rest(kPrompt.begin() + 1, kPrompt.end());
+  const auto scored = model_loader::score(*model, {kPrompt.front()}, rest);
+  BOOST_REQUIRE_EQUAL(s.prompt_logprobs().size(), rest.size());
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    BOOST_TEST(s.prompt_logprobs()[i].token == rest[i]);
+    BOOST_TEST(std::abs(s.prompt_logprobs()[i].logprob - scored[i]) < 1e-4);
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(bad_requests_are_value_errors, Fixture) {
   auto params = sampled(1);
   params.max_tokens = 0;
@@ -118,6 +154,14 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_are_value_errors, Fixture) {
   params.temperature = -1;
   HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, params), protocol::ValueError,
                           "temperature must be non-negative");
+  params = sampled(1);
+  params.top_k = -2;
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, params), protocol::ValueError,
+                          "top_k must be 0 (disable), or at least 1, got -2");
+  params = sampled(1);
+  params.min_p = 1.5;
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, params), protocol::ValueError,
+                          "min_p must be in [0, 1]");
   HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {{}}, sampled(1)), protocol::ValueError,
                           "a prompt needs at least one token");
   HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {{1, 64}}, sampled(1)),

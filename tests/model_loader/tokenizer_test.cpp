@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/byte_level.hpp"
+#include "model_loader/incremental_detokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 
@@ -97,6 +98,31 @@ BOOST_DATA_TEST_CASE(ids_and_text_match_the_tokenizers_package,
                       c["decoded_skipping_special_tokens"].get<std::string>());
     BOOST_CHECK_EQUAL(tokenizer.decode(plain, false),
                       c["decoded_without_special_tokens"].get<std::string>());
+  }
+}
+
+// Streaming: the pieces handed out token by token add up to the text the whole decoding gives,
+// whatever the split between prompt and output (halves of a UTF-8 character, SentencePiece's
+// leading spaces).
+BOOST_DATA_TEST_CASE(incremental_detokenizing_adds_up_to_the_whole_decoding,
+                     boost::unit_test::data::make(kConfigurations), name) {
+  const std::string folder = kGolden + name;
+  Tokenizer tokenizer = Tokenizer::from_file(folder + "/tokenizer.json");
+  for (const auto& c : read_json(folder + "/golden.json")["cases"]) {
+    const auto ids = c["ids_without_special_tokens"].get<std::vector<std::int64_t>>();
+    for (std::size_t split : {std::size_t(1), ids.size() / 2}) {
+      if (split == 0 || split >= ids.size()) continue;
+      const std::vector<std::int64_t> prompt(ids.begin(), ids.begin() + split);
+      const std::string before = tokenizer.decode(prompt, true);
+      const std::string whole = tokenizer.decode(ids, true);
+      if (!whole.starts_with(before)) continue;  // the prompt ends inside a character
+      model_loader::IncrementalDetokenizer detokenizer(tokenizer, prompt, true);
+      std::string pieces;
+      for (std::size_t i = split; i < ids.size(); ++i)
+        pieces += detokenizer.push(ids[i]);
+      BOOST_CHECK_EQUAL(pieces, whole.substr(before.size()));
+      BOOST_CHECK_EQUAL(detokenizer.text(), pieces);
+    }
   }
 }
 

@@ -74,7 +74,74 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
                           "`tokens[1]` must be a non-negative integer token id");
   HOTSWAP_CHECK_THROW_MSG(validate_params("detokenize", json::object()), ValueError,
                           "detokenize needs `tokens`");
-  BOOST_TEST(method_names().size() == 18u);
+  BOOST_TEST(method_names().size() == 20u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(completion_params)
+
+BOOST_AUTO_TEST_CASE(reads_every_prompt_shape_and_vllms_defaults) {
+  auto p = CompletionParams::from_json({{"prompt", "hi"}});
+  BOOST_TEST(p.prompts.size() == 1u);
+  BOOST_TEST(*p.prompts[0].text == "hi");
+  BOOST_TEST(*p.max_tokens == 16);
+  BOOST_TEST(p.n == 1);
+  BOOST_TEST(p.temperature == 1.0);
+  BOOST_TEST(p.skip_special_tokens);
+  BOOST_TEST(!p.logprobs.has_value());
+  p = CompletionParams::from_json({{"prompt", {1, 2, 3}}});
+  BOOST_TEST((p.prompts.at(0).token_ids == std::vector<std::int64_t>{1, 2, 3}));
+  BOOST_TEST(!p.prompts[0].text.has_value());
+  p = CompletionParams::from_json({{"prompt", {"a", "b"}}, {"max_tokens", nullptr}});
+  BOOST_TEST(p.prompts.size() == 2u);
+  BOOST_TEST(!p.max_tokens.has_value());
+  p = CompletionParams::from_json({{"prompt", {{1}, {2, 3}}}, {"stop", "x"}, {"top_k", -1}});
+  BOOST_TEST(p.prompts.size() == 2u);
+  BOOST_TEST((p.stop == std::vector<std::string>{"x"}));
+  BOOST_TEST(p.top_k == 0);  // vLLM's -1 is "all"
+  p = CompletionParams::from_json(
+      {{"prompt", "a"}, {"stream", true}, {"stream_options", json::object()}, {"foo", 1}});
+  BOOST_TEST(p.include_usage);  // vLLM's StreamOptions default
+  BOOST_TEST((p.ignored_fields == std::vector<std::string>{"foo"}));
+  // Fields vLLM has that change nothing at their defaults are accepted.
+  p = CompletionParams::from_json(
+      {{"prompt", "a"}, {"frequency_penalty", 0}, {"best_of", nullptr}, {"suffix", nullptr}});
+  BOOST_TEST(p.ignored_fields.empty());
+}
+
+BOOST_AUTO_TEST_CASE(bad_requests_get_vllms_messages) {
+  auto refused = [](json body, const std::string& message) {
+    HOTSWAP_CHECK_THROW_MSG(validate_params("completions", body), ValueError, message);
+  };
+  refused(json::object(), "Either prompt or prompt_embeds must be provided and non-empty.");
+  refused({{"prompt", ""}}, "Either prompt or prompt_embeds must be provided and non-empty.");
+  refused({{"prompt", json::array()}}, "please provide at least one prompt");
+  refused({{"prompt", 5}}, "`prompt` must be a string, a list of token ids, or a list of either");
+  refused({{"prompt", {1, -1}}}, "`prompt[1]` must be a non-negative integer token id");
+  refused({{"prompt", {"a", 3}}}, "`prompt[1]` must be a string or a list of token ids");
+  refused({{"prompt", "a"}, {"max_tokens", "8"}}, "`max_tokens` must be an integer");
+  refused({{"prompt", "a"}, {"max_tokens", 0}}, "max_tokens must be at least 1, got 0.");
+  refused({{"prompt", "a"}, {"n", 0}}, "n must be at least 1, got 0.");
+  refused({{"prompt", "a"}, {"n", 20000}}, "n must be at most 16384, got 20000.");
+  refused({{"prompt", "a"}, {"n", 2}, {"temperature", 0}},
+          "n must be 1 when using greedy sampling, got 2.");
+  refused({{"prompt", "a"}, {"temperature", -1}}, "temperature must be non-negative");
+  refused({{"prompt", "a"}, {"top_p", 0}}, "top_p must be in (0, 1]");
+  refused({{"prompt", "a"}, {"top_k", -3}}, "top_k must be 0 (disable), or at least 1, got -3.");
+  refused({{"prompt", "a"}, {"logprobs", 21}},
+          "Requested sample logprobs of 21, which is greater than max allowed: 20");
+  refused({{"prompt", "a"}, {"logprobs", -1}}, "`logprobs` must be a positive value.");
+  refused({{"prompt", "a"}, {"stop", {"x", ""}}}, "stop cannot contain an empty string.");
+  refused({{"prompt", "a"}, {"stream_options", {{"include_usage", true}}}},
+          "Stream options can only be defined when `stream=True`.");
+  refused({{"prompt", "a"}, {"stream", "yes"}}, "`stream` must be true or false");
+  refused({{"prompt", "a"}, {"presence_penalty", 0.5}},
+          "`presence_penalty` is not supported by hotswap's completions");
+  refused({{"prompt", "a"}, {"best_of", 3}}, "`best_of` is not supported");
+  // echo with max_tokens 0 gives the prompt back.
+  BOOST_TEST(*CompletionParams::from_json({{"prompt", "a"}, {"echo", true}, {"max_tokens", 0}})
+                  .max_tokens == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -90,7 +157,10 @@ BOOST_AUTO_TEST_CASE(each_method_has_vllms_route_and_one_validator) {
       if (m.http_verb == HttpVerb::kNone) {
         BOOST_TEST(m.http_route.empty());
       } else {
-        BOOST_TEST(m.http_route == "/" + std::string(m.name));  // vLLM's routes are its names
+        // vLLM's routes are its names; the OpenAI-compatible ones live under /v1/ but for
+        // /tokenize and /detokenize, which vLLM serves at the root.
+        const bool v1 = m.openai && m.name != "tokenize" && m.name != "detokenize";
+        BOOST_TEST(m.http_route == (v1 ? "/v1/" : "/") + std::string(m.name));
       }
       // A GET carries no body; a route reads its params from one place.
       if (m.http_verb == HttpVerb::kGet) BOOST_TEST(!m.takes_json_body);
@@ -140,6 +210,7 @@ BOOST_AUTO_TEST_CASE(the_json_form_lists_every_method_in_table_order) {
                             {"query_fields", {"mode", "clear_cache"}},
                             {"takes_json_body", false},
                             {"long_running", true},
+                            {"openai", false},
                             {"metric_operation", nullptr}}));
 }
 

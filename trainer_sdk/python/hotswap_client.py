@@ -38,6 +38,8 @@ CONTROL_METHODS = (
     "generate",
     "tokenize",
     "detokenize",
+    "completions",
+    "models",
     "health",
     "shutdown",
 )
@@ -112,6 +114,13 @@ class HotswapWeightSyncClient:
 
     def detokenize(self, tokens):
         return self.call("detokenize", {"tokens": list(tokens)})
+
+    def completions(self, prompt, **params):
+        """vLLM's POST /v1/completions body, answered whole (stream over HTTP)."""
+        return self.call("completions", {"prompt": prompt, **params})
+
+    def models(self):
+        return self.call("models")
 
     def weight_checker(self, action, **params):
         return self.call("weight_checker", {"action": action, **params})

@@ -1,0 +1,180 @@
+// hotswap_serving_bench: what continuous batching buys a rollout server. A real hotswap-worker
+// serves the same 64 completion requests (POST /v1/completions, sampled, ignore_eos, 32 tokens
+// each) two ways: all at once as 64 concurrent streams, and one at a time. Figures: generated
+// tokens per second of each (the ratio is the batching gain), and the time to first token of a
+// stream under the 64-way load. The peer is Hugging Face transformers' batched generate() of the
+// same 64 prompt id lists on the same checkpoint and thread count (bench/hf_batched_peer.py via
+// HOTSWAP_PEER_PYTHON; without it the run says it skipped the peer). Repetitions interleave
+// concurrent, one at a time and the peer; figures are medians with their range.
+//
+// Usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] [--json]
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_support.hpp"
+#include "model_loader/synthetic_checkpoint.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "worker/child_process.hpp"
+
+using namespace hotswap;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+// A small Qwen2 (4 layers, 256 wide, the qwen2 golden tokenizer's 512 ids), so that a 2-core
+// machine gives figures in seconds.
+model_loader::ModelConfig qwen2() {
+  model_loader::ModelConfig c;
+  c.architecture = "Qwen2ForCausalLM";
+  c.hidden_size = 256;
+  c.intermediate_size = 704;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 1024;
+  c.qkv_bias = true;
+  c.torch_dtype = protocol::DType::kFloat32;
+  return model_loader::ModelConfig::from_json(c.to_json());
+}
+
+json body(const std::vector<std::int64_t>& prompt, int tokens, int seed, bool stream) {
+  return {{"prompt", prompt},   {"max_tokens", tokens}, {"ignore_eos", true},
+          {"temperature", 1.0}, {"seed", seed},         {"stream", stream}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5, requests = 64, tokens = 32;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--reps" && i + 1 < argc) {
+      reps = std::stoi(argv[++i]);
+    } else if (arg == "--requests" && i + 1 < argc) {
+      requests = std::stoi(argv[++i]);
+    } else if (arg == "--tokens" && i + 1 < argc) {
+      tokens = std::stoi(argv[++i]);
+    } else if (arg == "--json") {
+      bench::json_only() = true;
+    } else {
+      std::cerr << "hotswap_serving_bench: unknown argument '" << arg
+                << "' (usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] "
+                   "[--json])\n";
+      return 2;
+    }
+  }
+  const fs::path work =
+      fs::temp_directory_path() / ("hotswap-serving-bench-" + std::to_string(::getpid()));
+  model_loader::write_synthetic_checkpoint(work, qwen2(), {});
+  fs::copy_file(fs::path(HOTSWAP_GOLDEN_DIR) / "tokenizer/qwen2/tokenizer.json",
+                work / "tokenizer.json");
+  const int port = transport::pick_free_port();
+  worker::ChildProcess process(bench::worker_binary(),
+                               {"--model", work.string(), "--control", "tcp://127.0.0.1:*",
+                                "--http-port", std::to_string(port), "--max-num-seqs", "64"});
+  worker::wait_until_ready(process, std::chrono::seconds(60));
+
+  // The prompts as ids (every client and the peer see the same ones): 20-40 tokens of text.
+  httplib::Client http("127.0.0.1", port);
+  http.set_read_timeout(std::chrono::seconds(600));
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (int i = 0; i < requests; ++i) {
+    std::string text = "Request " + std::to_string(i) + ": hot swapping weights while serving";
+    for (int k = 0; k < i % 3; ++k)
+      text += " rollouts, again";
+    auto res = http.Post("/tokenize", json({{"prompt", text}}).dump(), "application/json");
+    prompts.push_back(json::parse(res->body)["tokens"].get<std::vector<std::int64_t>>());
+  }
+  const fs::path prompt_file = work / "prompts.json";
+  std::ofstream(prompt_file) << json(prompts).dump();
+  if (bench::peer_python() == nullptr) bench::say_peer_skipped();
+
+  std::vector<double> concurrent, sequential, ttft_median, peer;
+  for (int rep = 0; rep < reps; ++rep) {
+    // 64 streams at once; each notes when its first token arrived.
+    std::vector<double> first(static_cast<std::size_t>(requests), 0.0);
+    std::atomic<int> failures{0};
+    auto start = Clock::now();
+    std::vector<std::thread> clients;
+    for (int i = 0; i < requests; ++i) {
+      clients.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(std::chrono::seconds(600));
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.body = body(prompts[static_cast<std::size_t>(i)], tokens, i, true).dump();
+        req.set_header("Content-Type", "application/json");
+        auto sent = Clock::now();
+        bool seen = false;
+        req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
+                                   std::uint64_t) {
+          if (!seen && std::string_view(data, size).find("\"token") != std::string_view::npos) {
+            first[static_cast<std::size_t>(i)] = bench::since(sent);
+            seen = true;
+          }
+          return true;
+        };
+        httplib::Response res;
+        httplib::Error error = httplib::Error::Success;
+        if (!c.send(req, res, error) || res.status != 200) ++failures;
+      });
+    }
+    for (auto& t : clients)
+      t.join();
+    const double wall = bench::since(start);
+    if (failures > 0) {
+      std::cerr << "hotswap_serving_bench: " << failures << " streams failed\n";
+      return 1;
+    }
+    concurrent.push_back(requests * tokens / wall);
+    std::sort(first.begin(), first.end());
+    ttft_median.push_back(first[first.size() / 2] * 1000);
+
+    start = Clock::now();
+    for (int i = 0; i < requests; ++i) {
+      auto res = http.Post("/v1/completions",
+                           body(prompts[static_cast<std::size_t>(i)], tokens, i, false).dump(),
+                           "application/json");
+      if (!res || res->status != 200) {
+        std::cerr << "hotswap_serving_bench: a request failed\n";
+        return 1;
+      }
+    }
+    sequential.push_back(requests * tokens / bench::since(start));
+
+    if (auto out = bench::run_peer(HOTSWAP_BENCH_DIR, "hf_batched_peer.py",
+                                   {work.string(), prompt_file.string(), std::to_string(tokens),
+                                    std::to_string(std::thread::hardware_concurrency())});
+        out && out->contains("tokens_per_second")) {
+      peer.push_back(out->at("tokens_per_second").get<double>());
+    }
+  }
+  const json extra = {{"requests", requests}, {"max_tokens", tokens}, {"model", "qwen2 4x256"}};
+  bench::report_against_limit("serving", "64 concurrent streams vs one at a time", concurrent,
+                              sequential, "tok/s", "ratio_to_sequential", false, extra);
+  bench::report_spread("serving", "time to first token under 64 streams, median", ttft_median, "ms",
+                       extra);
+  if (!peer.empty()) {
+    bench::report_against_limit("serving", "64 concurrent streams vs transformers generate()",
+                                concurrent, peer, "tok/s", "ratio_to_transformers", false, extra);
+  }
+  process.stop();
+  fs::remove_all(work);
+  return 0;
+}

@@ -1,0 +1,465 @@
+// vLLM's OpenAI-compatible routes on a real hotswap-worker process: /v1/models and
+// /v1/completions in vLLM's shapes, whole and streamed as server-sent events, vLLM's errors and
+// status codes for bad input, the same operations over ZeroMQ, vLLM's serving metrics, and 64
+// streams served while a trainer pushes rounds into the worker.
+#include <boost/test/unit_test.hpp>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "model_loader/model_test_support.hpp"
+#include "protocol/errors.hpp"
+#include "trainer_sdk/gloo_trainer_init_info.hpp"
+#include "trainer_sdk/rpc_client.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "worker/rpc_error.hpp"
+#include "worker/worker_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::CheckpointDir;
+using testing::rpc_error;
+using testing::WorkerProcess;
+
+namespace {
+
+const std::string kQwen2 = std::string(HOTSWAP_GOLDEN_DIR) + "/tokenizer/qwen2/";
+
+model_loader::ModelConfig config() {
+  auto c = testing::tiny_config(model_loader::architectures::kQwen2);
+  c.vocab_size = 512;
+  c.max_position_embeddings = 512;
+  return c;
+}
+
+struct Fixture {
+  CheckpointDir ckpt{config(), 7};
+  int port = transport::pick_free_port();
+  std::unique_ptr<WorkerProcess> worker;
+
+  explicit Fixture(std::vector<std::string> extra = {}) {
+    std::filesystem::copy_file(kQwen2 + "tokenizer.json", ckpt.dir.path / "tokenizer.json");
+    std::vector<std::string> args{"--model",
+                                  ckpt.dir.path.string(),
+                                  "--http-port",
+                                  std::to_string(port),
+                                  "--served-model-name",
+                                  "tiny"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    worker = std::make_unique<WorkerProcess>(args);
+  }
+  httplib::Result post(const json& body) {
+    httplib::Client http("127.0.0.1", port);
+    http.set_read_timeout(60s);
+    return http.Post("/v1/completions", body.dump(), "application/json");
+  }
+  json completion(const json& body) {
+    auto res = post(body);
+    BOOST_REQUIRE(res);
+    BOOST_REQUIRE_MESSAGE(res->status == 200, res->body);
+    return json::parse(res->body);
+  }
+};
+
+// The `data:` payloads of a server-sent event stream; checks its framing on the way.
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> events;
+  std::size_t at = 0;
+  while (at < body.size()) {
+    const auto end = body.find("\n\n", at);
+    BOOST_REQUIRE_MESSAGE(end != std::string::npos, "an event without its blank line");
+    const std::string event = body.substr(at, end - at);
+    BOOST_REQUIRE_MESSAGE(event.starts_with("data: "), event);
+    events.push_back(event.substr(6));
+    at = end + 2;
+  }
+  BOOST_REQUIRE(!events.empty());
+  BOOST_TEST(events.back() == "[DONE]");
+  return events;
+}
+
+// What one streamed choice added up to.
+struct StreamedChoice {
+  std::string text;
+  std::vector<std::int64_t> token_ids;
+  std::int64_t tokens_with_versions = 0;
+  std::set<std::string> versions;
+  std::string finish_reason;
+};
+
+std::map<int, StreamedChoice> add_up(const std::vector<std::string>& events) {
+  std::map<int, StreamedChoice> out;
+  for (const auto& e : events) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    BOOST_TEST(chunk["object"] == "text_completion");
+    BOOST_TEST(chunk.contains("usage"));
+    for (const auto& c : chunk["choices"]) {
+      auto& choice = out[c["index"].get<int>()];
+      choice.text += c["text"].get<std::string>();
+      if (c["token_ids"].is_array()) {
+        for (auto id : c["token_ids"])
+          choice.token_ids.push_back(id);
+      }
+      for (const auto& span : c["weight_versions"]) {
+        choice.tokens_with_versions += span[2].get<std::int64_t>() - span[1].get<std::int64_t>();
+        choice.versions.insert(span[0].is_null() ? "(none)" : span[0].get<std::string>());
+      }
+      if (!c["finish_reason"].is_null()) choice.finish_reason = c["finish_reason"];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(completions_e2e)
+
+BOOST_FIXTURE_TEST_CASE(models_and_a_whole_completion_have_vllms_shapes, Fixture) {
+  httplib::Client http("127.0.0.1", port);
+  auto res = http.Get("/v1/models");
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->status == 200);
+  const json models = json::parse(res->body);
+  BOOST_TEST(models["object"] == "list");
+  BOOST_TEST(models["data"][0]["id"] == "tiny");
+  BOOST_TEST(models["data"][0]["object"] == "model");
+  BOOST_TEST(models["data"][0]["owned_by"] == "vllm");
+  BOOST_TEST(models["data"][0]["max_model_len"] == 512);
+  BOOST_TEST(models["data"][0]["permission"][0]["object"] == "model_permission");
+
+  const json r = completion({{"model", "tiny"},
+                             {"prompt", "Hello world"},
+                             {"max_tokens", 6},
+                             {"temperature", 0},
+                             {"ignore_eos", true},
+                             {"logprobs", 2},
+                             {"return_token_ids", true}});
+  BOOST_TEST(r["id"].get<std::string>().starts_with("cmpl-"));
+  BOOST_TEST(r["object"] == "text_completion");
+  BOOST_TEST(r["model"] == "tiny");
+  const json& c = r["choices"][0];
+  BOOST_TEST(c["index"] == 0);
+  BOOST_TEST(c["finish_reason"] == "length");
+  BOOST_TEST(c["stop_reason"].is_null());
+  BOOST_TEST(c["token_ids"].size() == 6u);
+  BOOST_TEST(c["logprobs"]["tokens"].size() == 6u);
+  BOOST_TEST(c["logprobs"]["top_logprobs"][0].size() <= 3u);
+  BOOST_TEST(c["logprobs"]["text_offset"][0] == 0);
+  BOOST_TEST(c["weight_versions"] == json::parse(R"([[null, 0, 6]])"));
+  BOOST_TEST(r["usage"]["completion_tokens"] == 6);
+  BOOST_TEST(r["usage"]["prompt_tokens"] == c["prompt_token_ids"].size());
+  BOOST_TEST(r["usage"]["total_tokens"] ==
+             r["usage"]["prompt_tokens"].get<int>() + r["usage"]["completion_tokens"].get<int>());
+  // The text is the detokenized ids, the same as /detokenize says.
+  res = http.Post("/detokenize", json({{"tokens", c["token_ids"]}}).dump(), "application/json");
+  BOOST_TEST(json::parse(res->body)["prompt"] == c["text"]);
+  // Ids in, the same ids out: a prompt of token ids is the same prompt.
+  const json by_ids = completion({{"prompt", c["prompt_token_ids"]},
+                                  {"max_tokens", 6},
+                                  {"temperature", 0},
+                                  {"ignore_eos", true},
+                                  {"return_token_ids", true},
+                                  {"return_tokens_as_token_ids", true},
+                                  {"logprobs", 0}});
+  BOOST_TEST(by_ids["choices"][0]["token_ids"] == c["token_ids"]);
+  BOOST_TEST(by_ids["choices"][0]["logprobs"]["tokens"][0] ==
+             "token_id:" + std::to_string(c["token_ids"][0].get<int>()));
+}
+
+BOOST_FIXTURE_TEST_CASE(batches_n_echo_stop_strings_and_seeds, Fixture) {
+  // A batch of two prompts, n=2 each: choices numbered prompt * n + i; the same seed gives the
+  // same samples again.
+  const json batch = {{"prompt", {"Hi there", {5, 6, 7}}},
+                      {"n", 2},
+                      {"max_tokens", 5},
+                      {"seed", 11},
+                      {"ignore_eos", true}};
+  const json r = completion(batch);
+  BOOST_TEST(r["choices"].size() == 4u);
+  for (int i = 0; i < 4; ++i)
+    BOOST_TEST(r["choices"][i]["index"] == i);
+  BOOST_TEST(completion(batch)["choices"] == r["choices"]);
+  BOOST_TEST(r["usage"]["completion_tokens"] == 20);
+
+  // echo: the prompt's text first; with logprobs, the prompt's (the first token's is null).
+  const json echoed = completion({{"prompt", "Hello"},
+                                  {"echo", true},
+                                  {"max_tokens", 3},
+                                  {"logprobs", 1},
+                                  {"ignore_eos", true}});
+  const json& e = echoed["choices"][0];
+  BOOST_TEST(e["text"].get<std::string>().starts_with("Hello"));
+  BOOST_TEST(e["logprobs"]["token_logprobs"][0].is_null());
+  BOOST_TEST(e["logprobs"]["top_logprobs"][0].is_null());
+  BOOST_TEST(!e["logprobs"]["token_logprobs"][1].is_null());
+  const json echo_only = completion({{"prompt", "Hello"}, {"echo", true}, {"max_tokens", 0}});
+  BOOST_TEST(echo_only["choices"][0]["text"] == "Hello");
+  BOOST_TEST(echo_only["usage"]["completion_tokens"] == 0);
+
+  // A stop string: the text ends before it, stop_reason names it, and a longer run without it
+  // continues past.
+  const json free_run = completion(
+      {{"prompt", "Hello"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}});
+  const std::string text = free_run["choices"][0]["text"];
+  BOOST_REQUIRE_GE(text.size(), 4u);
+  const std::string stop = text.substr(2, 2);
+  const json stopped = completion({{"prompt", "Hello"},
+                                   {"max_tokens", 24},
+                                   {"temperature", 0},
+                                   {"ignore_eos", true},
+                                   {"stop", {stop}}});
+  const json& s = stopped["choices"][0];
+  BOOST_TEST(s["finish_reason"] == "stop");
+  BOOST_TEST(s["stop_reason"] == stop);
+  BOOST_TEST(s["text"] == text.substr(0, text.find(stop)));
+  const json kept = completion({{"prompt", "Hello"},
+                                {"max_tokens", 24},
+                                {"temperature", 0},
+                                {"ignore_eos", true},
+                                {"stop", stop},
+                                {"include_stop_str_in_output", true}});
+  BOOST_TEST(kept["choices"][0]["text"] == text.substr(0, text.find(stop) + stop.size()));
+  // A stop token ends it too; its id is the stop_reason.
+  const json ids_run = completion({{"prompt", "Hello"},
+                                   {"max_tokens", 8},
+                                   {"temperature", 0},
+                                   {"ignore_eos", true},
+                                   {"return_token_ids", true}});
+  const auto third = ids_run["choices"][0]["token_ids"][2];
+  const json by_token = completion({{"prompt", "Hello"},
+                                    {"max_tokens", 8},
+                                    {"temperature", 0},
+                                    {"ignore_eos", true},
+                                    {"stop_token_ids", {third}},
+                                    {"return_token_ids", true}});
+  BOOST_TEST(by_token["choices"][0]["finish_reason"] == "stop");
+  BOOST_TEST(by_token["choices"][0]["stop_reason"] == third);
+  BOOST_TEST(by_token["choices"][0]["token_ids"].back() == third);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_stream_is_server_sent_events_ending_in_done, Fixture) {
+  const json whole = completion({{"prompt", "Hello"},
+                                 {"max_tokens", 12},
+                                 {"temperature", 0},
+                                 {"ignore_eos", true},
+                                 {"return_token_ids", true}});
+  // Delivered piece by piece as tokens come, not in one write at the end.
+  httplib::Client http("127.0.0.1", port);
+  http.set_read_timeout(60s);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json({{"prompt", "Hello"},
+                   {"max_tokens", 12},
+                   {"temperature", 0},
+                   {"ignore_eos", true},
+                   {"return_token_ids", true},
+                   {"stream", true},
+                   {"stream_options", {{"include_usage", true}}}})
+                 .dump();
+  req.set_header("Content-Type", "application/json");
+  std::string body;
+  int deliveries = 0;
+  req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    body.append(data, size);
+    ++deliveries;
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  BOOST_REQUIRE(http.send(req, res, error));
+  BOOST_TEST(res.status == 200);
+  BOOST_TEST(res.get_header_value("Content-Type").starts_with("text/event-stream"));
+  BOOST_TEST(deliveries > 1);
+  const auto events = sse_events(body);
+  auto choices = add_up(events);
+  BOOST_TEST(choices[0].text == whole["choices"][0]["text"]);
+  BOOST_TEST(json(choices[0].token_ids) == whole["choices"][0]["token_ids"]);
+  BOOST_TEST(choices[0].tokens_with_versions == 12);
+  BOOST_TEST(choices[0].finish_reason == "length");
+  // The usage chunk comes last, with no choices.
+  const json usage = json::parse(events[events.size() - 2]);
+  BOOST_TEST(usage["choices"].empty());
+  BOOST_TEST(usage["usage"]["completion_tokens"] == 12);
+}
+
+BOOST_FIXTURE_TEST_CASE(bad_requests_get_vllms_errors_and_the_worker_goes_on, Fixture) {
+  auto refused = [&](const std::string& body, int status, const std::string& type,
+                     const std::string& message) {
+    httplib::Client http("127.0.0.1", port);
+    auto res = http.Post("/v1/completions", body, "application/json");
+    BOOST_REQUIRE(res);
+    BOOST_TEST(res->status == status, body);
+    const json error = json::parse(res->body)["error"];
+    BOOST_TEST(error["type"] == type, body);
+    BOOST_TEST(error["code"] == status);
+    BOOST_TEST(error["message"].get<std::string>().find(message) != std::string::npos,
+               error["message"]);
+  };
+  refused("{not json", 400, "BadRequestError", "not valid JSON");
+  refused(R"({"max_tokens": 4})", 400, "BadRequestError",
+          "Either prompt or prompt_embeds must be provided");
+  refused(R"({"prompt": ""})", 400, "BadRequestError", "must be provided and non-empty");
+  refused(R"({"prompt": "a", "max_tokens": "four"})", 400, "BadRequestError",
+          "`max_tokens` must be an integer");
+  refused(R"({"prompt": 3})", 400, "BadRequestError", "`prompt` must be a string");
+  refused(R"({"prompt": "a", "n": 2, "temperature": 0})", 400, "BadRequestError",
+          "n must be 1 when using greedy sampling, got 2.");
+  refused(R"({"prompt": "a", "n": 100000})", 400, "BadRequestError", "n must be at most 16384");
+  refused(R"({"prompt": "a", "logprobs": 50})", 400, "BadRequestError",
+          "Requested sample logprobs of 50, which is greater than max allowed: 20");
+  refused(R"({"prompt": "a", "model": "other"})", 404, "NotFoundError",
+          "The model `other` does not exist.");
+  refused(json({{"prompt", std::vector<int>(600, 5)}}).dump(), 400, "BadRequestError",
+          "This model's maximum context length is 512 tokens. However, your request has 600");
+  refused(R"({"prompt": [1, 2], "max_tokens": 511})", 400, "BadRequestError",
+          "'max_tokens' or 'max_completion_tokens' is too large: 511");
+  refused(R"({"prompt": [1, 9999]})", 400, "BadRequestError", "9999");
+  // An unknown field is accepted and named in the log, as vLLM does.
+  auto res = post({{"prompt", "a"}, {"max_tokens", 2}, {"not_a_field", true}});
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->status == 200);
+  BOOST_TEST(worker->wait_for_output("ignored: {'not_a_field'}", 5s));
+  // Still serving.
+  BOOST_TEST(completion({{"prompt", "a"}, {"max_tokens", 2}})["choices"].size() == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(the_same_operations_over_zeromq, Fixture) {
+  trainer_sdk::RpcClient client(worker->endpoint(), 30s);
+  const json body = {{"prompt", "Hello"},
+                     {"max_tokens", 5},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"return_token_ids", true}};
+  const json over_zmq = client.call("completions", body);
+  BOOST_TEST(over_zmq["choices"][0]["token_ids"] == completion(body)["choices"][0]["token_ids"]);
+  BOOST_TEST(client.call("models")["data"][0]["id"] == "tiny");
+  auto [code, message] = rpc_error(client, "completions", {{"prompt", "a"}, {"stream", true}});
+  BOOST_TEST(code == -32602);
+  BOOST_TEST(message.find("over ZeroMQ a completion comes back whole") != std::string::npos);
+  std::tie(code, message) = rpc_error(client, "completions", {{"prompt", "a"}, {"n", 0}});
+  BOOST_TEST(code == -32602);
+  BOOST_TEST(message.find("n must be at least 1") != std::string::npos);
+}
+
+BOOST_FIXTURE_TEST_CASE(metrics_count_requests_and_tokens_under_vllms_names, Fixture) {
+  completion({{"prompt", {1, 2, 3}}, {"max_tokens", 4}, {"ignore_eos", true}});
+  httplib::Client http("127.0.0.1", port);
+  auto res = http.Get("/metrics");
+  BOOST_REQUIRE(res);
+  for (const char* line :
+       {"vllm:prompt_tokens_total{model_name=\"tiny\",engine=\"0\"} 3",
+        "vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} 4",
+        "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} 1",
+        "vllm:num_requests_running{model_name=\"tiny\",engine=\"0\"} 0",
+        "vllm:num_requests_waiting{model_name=\"tiny\",engine=\"0\"} 0",
+        "vllm:time_to_first_token_seconds_count{model_name=\"tiny\",engine=\"0\"} 1",
+        "# TYPE vllm:e2e_request_latency_seconds histogram",
+        "vllm:rl_weight_update_operations_total"}) {
+    BOOST_TEST(res->body.find(line) != std::string::npos, line);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+struct PushFixture : Fixture {
+  PushFixture()
+      : Fixture({"--weight-transfer-config", R"({"backend": "gloo"})", "--max-num-seqs", "64"}) {}
+  CheckpointDir other{config(), 8};
+};
+
+std::shared_ptr<trainer_sdk::TensorListSource> source_of(const CheckpointDir& ckpt) {
+  std::vector<std::pair<std::string, at::Tensor>> t;
+  for (auto& [name, tensor] : ckpt.tensors())
+    t.emplace_back(name, tensor);
+  return std::make_shared<trainer_sdk::TensorListSource>(t);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(completions_under_weight_pushes)
+
+// RL's loop: rollouts stream while the trainer pushes new weights. Every stream finishes, every
+// token says which version produced it, and nothing hangs.
+BOOST_FIXTURE_TEST_CASE(sixty_four_streams_finish_while_a_trainer_pushes_rounds, PushFixture) {
+  constexpr int kStreams = 64;
+  constexpr int kTokens = 200;
+  std::atomic<int> finished{0};
+  // Boost.Test's checks are not thread-safe: the clients only keep what they got.
+  std::vector<std::string> bodies(kStreams);
+  std::vector<std::string> failures(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      try {
+        httplib::Client http("127.0.0.1", port);
+        http.set_read_timeout(120s);
+        auto res = http.Post("/v1/completions",
+                             json({{"prompt", "Request " + std::to_string(i)},
+                                   {"max_tokens", kTokens},
+                                   {"ignore_eos", true},
+                                   {"seed", i},
+                                   {"stream", true}})
+                                 .dump(),
+                             "application/json");
+        if (!res || res->status != 200) {
+          failures[i] = res ? res->body : "no reply: " + httplib::to_string(res.error());
+        } else {
+          bodies[i] = res->body;
+        }
+      } catch (const std::exception& e) {
+        failures[i] = e.what();
+      }
+      ++finished;
+    });
+  }
+  // Rounds until every stream is done (at least two), from once every stream is in.
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(worker->endpoint(), 60s);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (client->call("health")["requests_in_flight"] != kStreams &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+  info.timeout = 60s;
+  auto engine =
+      trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source_of(other));
+  int rounds = 0;
+  while (finished < kStreams || rounds < 2) {
+    engine->push({"round-" + std::to_string(++rounds), /*verify=*/false});
+  }
+  engine->shutdown();
+  for (auto& t : clients)
+    t.join();
+
+  std::set<std::string> versions;
+  for (int i = 0; i < kStreams; ++i) {
+    BOOST_TEST_CONTEXT("stream " << i) {
+      BOOST_TEST(failures[i].empty(), failures[i]);
+      if (!failures[i].empty()) continue;
+      auto choice = add_up(sse_events(bodies[i]))[0];
+      BOOST_TEST(choice.finish_reason == "length");
+      BOOST_TEST(choice.tokens_with_versions == kTokens);  // every token's version reported
+      versions.insert(choice.versions.begin(), choice.versions.end());
+    }
+  }
+  // Streams ran across commits: tokens of the first weights and of pushed rounds were served.
+  BOOST_TEST(versions.count("(none)") == 1u);
+  BOOST_TEST(versions.size() >= 2u);
+  BOOST_TEST(client->call("health")["requests_in_flight"] == 0);
+  if (std::any_of(failures.begin(), failures.end(), [](auto& f) { return !f.empty(); }))
+    BOOST_TEST_MESSAGE("worker output:\n" << worker->output());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
