@@ -51,6 +51,7 @@ void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
       // Position p predicts prompt token p + 1.
       at::Tensor lp = at::log_softmax(logits.narrow(0, first_row[i], slices[i].num_tokens - 1), -1)
                           .to(at::kFloat)
+                          .to(at::kCPU)  // one copy off the device, not one per token
                           .contiguous();
       for (std::size_t p = 1; p < s.prompt_.size(); ++p) {
         at::Tensor row = lp[static_cast<std::int64_t>(p - 1)];

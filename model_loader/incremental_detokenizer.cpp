@@ -17,6 +17,12 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {
   const std::size_t context = std::min(prompt.size(), kPromptContext);
   ids_.assign(prompt.end() - static_cast<std::ptrdiff_t>(context), prompt.end());
+  // A prompt that ends inside a character would make every later window decode differently
+  // from the context's own text: leave the incomplete tail out of the context.
+  while (!ids_.empty() &&
+         tokenizer_.decode(ids_, skip_special_tokens_).ends_with(kReplacementCharacter)) {
+    ids_.pop_back();
+  }
   read_offset_ = ids_.size();
 }
 
@@ -31,11 +37,9 @@ std::string IncrementalDetokenizer::push(std::int64_t id) {
   const std::string before = window(read_offset_);
   const std::string now = window(ids_.size());
   // Text that ends in a replacement character waits for the bytes that complete it; a window
-  // whose decoding does not extend the old one (a skipped special token) hands out nothing.
-  if (now.size() <= before.size() || now.ends_with(kReplacementCharacter) ||
-      !now.starts_with(before)) {
-    return {};
-  }
+  // whose decoding does not grow (a skipped special token) hands out nothing. Past that, as in
+  // vLLM, the new text is whatever the window's decoding has beyond the old one's length.
+  if (now.size() <= before.size() || now.ends_with(kReplacementCharacter)) return {};
   std::string piece = now.substr(before.size());
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();

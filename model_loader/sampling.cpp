@@ -47,8 +47,8 @@ std::vector<TokenLogprob> top_logprobs(const at::Tensor& logprobs, std::int64_t 
   k = std::min<std::int64_t>(k, logprobs.size(-1));
   if (k <= 0) return out;
   auto [values, indices] = at::topk(logprobs, k);
-  auto v = values.contiguous();
-  auto i = indices.contiguous();
+  auto v = values.to(at::kFloat).to(at::kCPU).contiguous();  // read through a host pointer
+  auto i = indices.to(at::kCPU).contiguous();
   const float* vp = v.data_ptr<float>();
   const std::int64_t* ip = i.data_ptr<std::int64_t>();
   for (std::int64_t j = 0; j < k; ++j)

@@ -160,7 +160,7 @@ ordered_json CompletionRun::chunk(const Choice& c, std::string text, ordered_jso
                       {"created", created_},
                       {"model", model_name_},
                       {"choices", ordered_json::array({choice})}};
-  if (params_.continuous_usage_stats) {
+  if (params_.include_usage && params_.continuous_usage_stats) {
     const auto prompt = static_cast<std::int64_t>(c.prompt_ids.size());
     const auto completion = static_cast<std::int64_t>(c.tokens.size());
     out["usage"] = {{"prompt_tokens", prompt},

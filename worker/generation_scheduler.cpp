@@ -253,7 +253,8 @@ void GenerationScheduler::loop() {
                       : metrics_->time_per_output_token(seconds);
       }
       it->last_token = now;
-      if (it->on_token && !it->on_token(s, version) && !s.finished()) s.stop();
+      // A stop string on the last allowed token still ends the request as "stop", as vLLM has it.
+      if (it->on_token && !it->on_token(s, version) && s.finish_reason() != "abort") s.stop();
       if (s.finished()) {
         finish(*it);
         it = running_.erase(it);

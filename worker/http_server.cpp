@@ -101,11 +101,12 @@ std::optional<json> openai_body_of(const httplib::Request& req, httplib::Respons
 
 // Server-sent events: one `data: <chunk>` per chunk as the run produces it, then
 // `data: [DONE]`. A client that hangs up cancels the run.
-void stream_completion(httplib::Response& res, std::shared_ptr<CompletionRun> run) {
+void stream_completion(httplib::Response& res, std::shared_ptr<CompletionRun> run,
+                       std::shared_ptr<PeerHangup> peer) {
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [run](std::size_t, httplib::DataSink& sink) {
+      [run, peer](std::size_t, httplib::DataSink& sink) {
         bool finished = false;
         for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished)) {
           const std::string event = "data: " + chunk + "\n\n";
@@ -115,7 +116,8 @@ void stream_completion(httplib::Response& res, std::shared_ptr<CompletionRun> ru
           static constexpr std::string_view kDone = "data: [DONE]\n\n";
           if (!sink.write(kDone.data(), kDone.size())) return false;
           sink.done();
-        } else if (!sink.is_writable()) {
+        } else if (!sink.is_writable() || peer->hung_up()) {
+          // A socket that only waits looks writable after a hang-up: ask the peer itself.
           return false;
         }
         return true;
@@ -263,12 +265,12 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
           return;
         }
         auto run = service_.start_completion(*body);
-        if (run->streaming()) {
-          stream_completion(res, std::move(run));
-          return;
-        }
         auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
                                                  req.remote_port);
+        if (run->streaming()) {
+          stream_completion(res, std::move(run), std::move(peer));
+          return;
+        }
         const auto response = run->wait([peer] { return peer->hung_up(); });
         res.status = 200;
         res.set_content(response.dump(-1, ' ', false, json::error_handler_t::replace),

@@ -115,11 +115,19 @@ BOOST_DATA_TEST_CASE(incremental_detokenizing_adds_up_to_the_whole_decoding,
       const std::vector<std::int64_t> prompt(ids.begin(), ids.begin() + split);
       const std::string before = tokenizer.decode(prompt, true);
       const std::string whole = tokenizer.decode(ids, true);
-      if (!whole.starts_with(before)) continue;  // the prompt ends inside a character
       model_loader::IncrementalDetokenizer detokenizer(tokenizer, prompt, true);
       std::string pieces;
       for (std::size_t i = split; i < ids.size(); ++i)
         pieces += detokenizer.push(ids[i]);
+      if (!whole.starts_with(before)) {
+        // The prompt ends inside a character: its missing bytes read as U+FFFD, and the text
+        // after that character still comes out (it once stalled and handed out nothing).
+        const auto end = pieces.rfind("\xEF\xBF\xBD");
+        const std::string after = end == std::string::npos ? pieces : pieces.substr(end + 3);
+        BOOST_CHECK(whole.ends_with(after));
+        if (ids.size() - split >= 3) BOOST_CHECK(!pieces.empty());
+        continue;
+      }
       BOOST_CHECK_EQUAL(pieces, whole.substr(before.size()));
       BOOST_CHECK_EQUAL(detokenizer.text(), pieces);
     }
