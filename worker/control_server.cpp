@@ -230,17 +230,21 @@ void ControlServer::start_completion(const protocol::RpcRequest& request, Reply 
   // Weakly: the run owns the callback, which must not keep the run alive.
   std::weak_ptr<CompletionRun> weak = run;
   run->when_done([this, envelope, weak, ticket, id, id_text] {
-    Reply out{std::move(*envelope), {}, ticket};
-    try {
-      auto finished = weak.lock();
-      if (!finished) throw protocol::RuntimeError("the completion was dropped");
-      out.body = protocol::reply_frame(
-          protocol::make_result(id, nlohmann::json::parse(finished->response().dump())), id_text);
-    } catch (const std::exception& e) {
-      out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
-      if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";
-    }
-    complete(std::move(out));
+    // The last choice ended on the scheduler's thread, under its lock: the reply (every logprob
+    // token decoded) is built on a pool thread, so that generation does not wait for it.
+    std::function<void()> answer = [this, envelope, run = weak.lock(), ticket, id, id_text] {
+      Reply out{std::move(*envelope), {}, ticket};
+      try {
+        if (!run) throw protocol::RuntimeError("the completion was dropped");
+        out.body = protocol::reply_frame(
+            protocol::make_result(id, nlohmann::json::parse(run->response().dump())), id_text);
+      } catch (const std::exception& e) {
+        out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
+        if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";
+      }
+      complete(std::move(out));
+    };
+    if (!pool_.try_submit(answer)) answer();  // a full pool: build it here rather than lose it
   });
   if (connection >= 0) connection_of_ticket_.emplace(ticket, connection);
 }
