@@ -1,6 +1,7 @@
 #include "worker/serving_metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "worker/http_server.hpp"
@@ -25,7 +26,7 @@ std::vector<double> request_latency_bounds() {
 // As Python's prometheus_client writes a float: 1.0, 0.025, 2560.0.
 std::string number(double v) {
   std::ostringstream out;
-  if (v == static_cast<double>(static_cast<long long>(v))) {
+  if (std::abs(v) < 1e15 && v == std::floor(v)) {
     out << static_cast<long long>(v) << ".0";
   } else {
     out.precision(17);
