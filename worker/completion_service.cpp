@@ -94,7 +94,10 @@ CompletionRun::CompletionRun(protocol::CompletionParams params, std::string mode
     : params_(std::move(params)),
       model_name_(std::move(model_name)),
       id_("cmpl-" + random_hex(32)),
-      created_(unix_seconds()) {}
+      created_(unix_seconds()) {
+  for (const auto& stop : params_.stop)
+    longest_stop_ = std::max(longest_stop_, stop.size());
+}
 
 CompletionRun::~CompletionRun() = default;
 
@@ -190,9 +193,6 @@ bool CompletionRun::on_token(Choice& c, const model_loader::Sequence& s,
         std::find(user.begin(), user.end(), id) != user.end() ? json(id) : json(nullptr);
   }
   bool stop_hit = false;
-  std::size_t longest_stop = 0;
-  for (const auto& stop : params_.stop)
-    longest_stop = std::max(longest_stop, stop.size());
   // A stop token's own text stays out unless asked for, as vLLM's detokenizer leaves it.
   if (c.detokenizer && !(stopped_by_token && !params_.include_stop_str_in_output)) {
     const std::size_t before = c.text.size();
@@ -217,8 +217,8 @@ bool CompletionRun::on_token(Choice& c, const model_loader::Sequence& s,
 
   // Text that may still turn out to start a stop string is held back until it cannot.
   std::size_t limit = c.text.size();
-  if (!stop_hit && !s.finished() && longest_stop > 1) {
-    limit = c.text.size() > longest_stop - 1 ? c.text.size() - (longest_stop - 1) : 0;
+  if (!stop_hit && !s.finished() && longest_stop_ > 1) {
+    limit = c.text.size() > longest_stop_ - 1 ? c.text.size() - (longest_stop_ - 1) : 0;
     limit = char_boundary(c.text, std::max(limit, c.sent_text));
   }
   std::string delta = c.first_sent ? "" : c.echo_text;

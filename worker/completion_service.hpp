@@ -84,6 +84,7 @@ class CompletionRun {
   void on_done(Choice& c, GenerateOutcome outcome);
 
   protocol::CompletionParams params_;
+  std::size_t longest_stop_ = 0;  // of params_.stop: how much streamed text is held back
   std::string model_name_;
   std::string id_;
   std::int64_t created_ = 0;

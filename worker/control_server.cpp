@@ -214,13 +214,7 @@ void ControlServer::start_completion(const protocol::RpcRequest& request, Reply 
   const auto id_text = request.id_text;
   std::shared_ptr<CompletionRun> run;
   try {
-    if (request.params.is_object() && request.params.value("stream", false) == true) {
-      throw protocol::ValueError(
-          "`stream: true` is served on the HTTP route /v1/completions (server-sent events); "
-          "over ZeroMQ a completion comes back whole");
-    }
-    protocol::validate_params(request.method, request.params);
-    run = service_.start_completion(request.params);
+    run = service_.start_whole_completion(request.params);
   } catch (const std::exception& e) {
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
     if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";

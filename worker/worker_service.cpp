@@ -264,12 +264,7 @@ void WorkerService::bind_handlers() {
        }},
       {m::kCompletions,
        [this](Params params, Gone caller_gone) -> json {
-         if (params.value("stream", false) == true) {
-           throw protocol::ValueError(
-               "`stream: true` is served on the HTTP route /v1/completions (server-sent "
-               "events); over ZeroMQ a completion comes back whole");
-         }
-         return json::parse(start_completion(params)->wait(caller_gone).dump());
+         return json::parse(start_whole_completion(params)->wait(caller_gone).dump());
        }},
       {m::kModels, [this](Params, Gone) { return json::parse(completions_->models().dump()); }},
       {m::kHealth, [this](Params, Gone) { return health(); }},
@@ -376,6 +371,15 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
 
 std::shared_ptr<CompletionRun> WorkerService::start_completion(const json& params) {
   return completions_->start(params);
+}
+
+std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json& params) {
+  if (params.is_object() && params.value("stream", false) == true) {
+    throw protocol::ValueError(
+        "`stream: true` is served on the HTTP route /v1/completions (server-sent events); over "
+        "ZeroMQ a completion comes back whole");
+  }
+  return start_completion(params);
 }
 
 std::string WorkerService::serving_metrics() const {
