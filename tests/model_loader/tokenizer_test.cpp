@@ -108,7 +108,9 @@ BOOST_DATA_TEST_CASE(incremental_detokenizing_adds_up_to_the_whole_decoding,
                      boost::unit_test::data::make(kConfigurations), name) {
   const std::string folder = kGolden + name;
   Tokenizer tokenizer = Tokenizer::from_file(folder + "/tokenizer.json");
-  for (const auto& c : read_json(folder + "/golden.json")["cases"]) {
+  // Held by name: a range-for over a temporary's member reads freed memory before C++23.
+  const json golden = read_json(folder + "/golden.json");
+  for (const auto& c : golden["cases"]) {
     const auto ids = c["ids_without_special_tokens"].get<std::vector<std::int64_t>>();
     for (std::size_t split : {std::size_t(1), ids.size() / 2}) {
       if (split == 0 || split >= ids.size()) continue;
