@@ -13,6 +13,7 @@ packages=(
   libpcre2-dev libicu-dev  # the tokenizer: split patterns, Unicode normalization
   python3-torch  # hosts a TCPStore the way vLLM's trainer does, for the rendezvous interop test
   clang libclang-rt-14-dev  # libFuzzer, for scripts/fuzz.sh
+  python3-dev pybind11-dev  # the `hotswap` Python package (built against python3-torch)
 )
 
 missing=()

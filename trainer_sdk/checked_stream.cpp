@@ -39,6 +39,12 @@ std::string describe(const std::string& name, const std::string& dtype,
 void check_against_metadata(const NamedWeight& item, const protocol::ParamMeta& expected,
                             std::size_t index) {
   const at::Tensor& t = item.tensor;
+  if (t.is_meta()) {
+    // A model built on the meta device (or a lazily initialized one) has shapes and no bytes.
+    throw protocol::ValueError("WeightSource yielded '" + item.name +
+                               "' as a meta tensor, which has no data to send; materialize the "
+                               "parameter (to_empty() and load it) before a push");
+  }
   bool same_dtype = false;
   try {
     same_dtype = transport::from_scalar_type(t.scalar_type()) == expected.dtype;

@@ -82,6 +82,22 @@ void ShmTrainerEngine::send_weights() {
   auto shared_client = client_shared();
   AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
   update.rethrow_if_failed();
+  try {
+    send_round(meta, round, plan, first_sequence, window, update);
+  } catch (...) {
+    // The workers are waiting for chunks that will not come: tell them, so that their
+    // update_weights fails now rather than at their timeout, and the next round can start.
+    ring_->abandon_below(next_sequence_);
+    throw;
+  }
+  reach(RoundPoint::kBeforeFinish);
+  client().finish_weight_update(round_version());
+}
+
+void ShmTrainerEngine::send_round(const std::vector<protocol::ParamMeta>& meta,
+                                  const protocol::ShmUpdateInfo& round,
+                                  const protocol::ChunkPlan& plan, std::uint64_t first_sequence,
+                                  std::size_t window, AsyncCall& update) {
   CheckedStream stream(source()->iter(), meta);
   // The next tensor and its index; one in the arena is only checked: the workers read it there.
   auto take = [&] {
@@ -121,8 +137,6 @@ void ShmTrainerEngine::send_weights() {
   stream.finish();
   ring_->drain(info_.timeout);
   update.wait(info_.timeout, "update_weights");
-  reach(RoundPoint::kBeforeFinish);
-  client().finish_weight_update(round_version());
 }
 
 }  // namespace hotswap::trainer_sdk

@@ -19,12 +19,16 @@
 #include <chrono>
 #include <memory>
 
+#include "protocol/chunk_plan.hpp"
+#include "protocol/shm_info.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/shm_ring.hpp"
 
 namespace hotswap::trainer_sdk {
+
+class AsyncCall;
 
 struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
   static constexpr std::string_view backend = "shm";
@@ -59,6 +63,12 @@ class ShmTrainerEngine : public TrainerWeightTransferEngine {
   }
 
  private:
+  // The part of a round that moves bytes, after start and the update call: the source's tensors
+  // into the ring, chunk by chunk, then a drain and the update's reply.
+  void send_round(const std::vector<protocol::ParamMeta>& meta,
+                  const protocol::ShmUpdateInfo& round, const protocol::ChunkPlan& plan,
+                  std::uint64_t first_sequence, std::size_t window, AsyncCall& update);
+
   ShmTrainerInitInfo info_;
   std::unique_ptr<transport::ShmRing> ring_;
   std::uint64_t next_sequence_ = 1;

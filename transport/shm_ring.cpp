@@ -171,6 +171,13 @@ void ShmRing::drain(std::chrono::milliseconds timeout) {
   }
 }
 
+void ShmRing::abandon_below(std::uint64_t end) {
+  auto& mark = control(0).abandoned_below;
+  std::uint64_t seen = mark.load(std::memory_order_acquire);
+  while (seen < end && !mark.compare_exchange_weak(seen, end, std::memory_order_acq_rel)) {
+  }
+}
+
 void ShmRing::wait_for_chunk(std::uint64_t sequence, std::size_t bytes,
                              std::chrono::milliseconds timeout,
                              const std::atomic<bool>* producer_gone) {
@@ -178,18 +185,25 @@ void ShmRing::wait_for_chunk(std::uint64_t sequence, std::size_t bytes,
   const Control& h = control(slot);
   const std::string& name = segments_[slot].name();
   const ShmSegment& segment = segments_[slot];
-  bool faulted = false, gone = false;
+  const Control& first = control(0);
+  bool faulted = false, gone = false, abandoned = false;
   const bool arrived = wait_until(
       [&] {
+        abandoned = first.abandoned_below.load(std::memory_order_acquire) > sequence;
         // `filling` before `filled`: a count read after the chunk's number is its own.
         const bool streamed = h.filling.load(std::memory_order_acquire) == sequence &&
                               h.filled.load(std::memory_order_acquire) >= bytes;
         const bool published = h.published.load(std::memory_order_acquire) == sequence;
         faulted = segment.faulted();
         gone = producer_gone != nullptr && producer_gone->load();
-        return faulted || gone || streamed || published;
+        return faulted || gone || abandoned || streamed || published;
       },
       timeout);
+  if (abandoned && !faulted) {
+    throw protocol::TransferError("shm: the trainer abandoned the round before chunk " +
+                                  std::to_string(sequence) +
+                                  " (it failed on its side; its error says why)");
+  }
   if (faulted) {
     throw protocol::TransferError("shm: the buffer " + name +
                                   " no longer covers its control block (its trainer shrank it)");

@@ -83,6 +83,11 @@ class ShmRing {
   void publish(std::uint64_t sequence);
   // Producer: waits until every published chunk has been released by every consumer.
   void drain(std::chrono::milliseconds timeout);
+  // Producer: no chunk numbered below `end` will come (a round that failed on the trainer's side,
+  // say on a bad tensor from its source). Consumers waiting for one fail at once with a
+  // TransferError instead of waiting out their timeout, so the worker is free for the next round
+  // as soon as the trainer is. A consumer of an older build does not look, and times out.
+  void abandon_below(std::uint64_t end);
 
   // Consumer: the data area once its first `bytes` hold chunk `sequence` (advanced that far, or
   // the whole chunk published): TimeoutError after `timeout`, TransferError at once when
@@ -145,6 +150,7 @@ class ShmRing {
     std::atomic<std::uint64_t> filling;           // sequence number of the chunk being copied in
     std::atomic<std::uint64_t> filled;            // bytes of it in the data area so far
     std::atomic<std::uint64_t> window_consumers;  // consumers that joined the window (slot 0)
+    std::atomic<std::uint64_t> abandoned_below;   // chunks below it will not come (slot 0)
   };
   static_assert(sizeof(Control) <= kControlBytes);
   Control& control(std::size_t slot) const;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# run.sh BUILD_DIR: installs the build into a temporary prefix, builds tests/consumer against
-# that prefix alone, and pushes one verified round from it into the installed hotswap-worker.
+# run.sh BUILD_DIR [PYTHON]: installs the build into a temporary prefix, builds tests/consumer
+# against that prefix alone, and pushes one verified round from it into the installed
+# hotswap-worker. Where the build has the Python package, PYTHON then imports the installed one
+# (only the prefix's site-packages on its path) and pushes a second verified round from Python.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,3 +36,22 @@ done
 "$work/build/push_one_round" "$work/model" "$endpoint" | tee "$work/out.txt"
 grep -q '"weight_version":"consumer-1"' "$work/out.txt"
 echo "consumer project: built against the installed package, pushed one verified round"
+
+if [ -n "${2:-}" ]; then
+  site=$(cd "$work/prefix" && ls -d lib/python3*/*-packages 2>/dev/null | head -1)
+  [ -n "$site" ] && [ -d "$work/prefix/$site/hotswap" ] || {
+    echo "cmake --install put no hotswap package under $work/prefix/lib/python3*/"; exit 1; }
+  PYTHONPATH="$work/prefix/$site" "$2" - "$work/prefix/$site" "$work/model" "$endpoint" <<'PY'
+import sys
+import hotswap
+site, model, endpoint = sys.argv[1:]
+assert hotswap.__file__.startswith(site), f"imported {hotswap.__file__}, not the installed package"
+client = hotswap.ZmqWeightSyncClient(endpoint, timeout=60)
+source = hotswap.TensorListSource(list(hotswap.load_checkpoint(model).items()))
+info = hotswap.ShmTrainerInitInfo(1, rank=0, timeout=60)
+with hotswap.WeightTransferTrainerFactory.trainer_init(info, client=client, source=source) as engine:
+    engine.push(weight_version="consumer-python-1", verify=True)
+assert client.call("weight_info")["weight_version"] == "consumer-python-1"
+print("installed Python package: imported from the prefix, pushed one verified round")
+PY
+fi

@@ -6,8 +6,12 @@ import subprocess
 import sys
 import tempfile
 
+# The package's source folder: the pure-Python client imports without the built extension.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "trainer_sdk", "python"))
-from hotswap_client import CONTROL_METHODS, HotswapError, HotswapWeightSyncClient  # noqa: E402
+from hotswap import CONTROL_METHODS, HotswapError, HotswapWeightSyncClient  # noqa: E402
+import hotswap_client  # noqa: E402  (its former module name still works)
+
+assert hotswap_client.HotswapWeightSyncClient is HotswapWeightSyncClient
 
 
 def main(worker, make):

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -153,6 +154,32 @@ BOOST_AUTO_TEST_CASE(a_chunk_abandoned_before_its_publish_frees_its_buffer) {
   producer.drain(50ms);
   HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(2, 2048, 20ms), protocol::TimeoutError,
                           "chunk 2");
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_waiting_on_an_abandoned_round_fails_at_once) {
+  auto producer =
+      transport::ShmRing::create({unique_name("abandon-0"), unique_name("abandon-1")}, 4096, 1);
+  auto consumer = transport::ShmRing::open({unique_name("abandon-0"), unique_name("abandon-1")});
+  producer.acquire_for_write(1, 50ms);
+  producer.advance(1, 1024);
+  // The trainer's source failed part-way through chunk 1 of a round of chunks 1 and 2: the
+  // worker used to wait out its whole timeout (300 s by default) before it could take the next
+  // round.
+  producer.abandon_below(3);
+  const auto start = std::chrono::steady_clock::now();
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(2, 1, std::chrono::seconds(30)),
+                          protocol::TransferError,
+                          "the trainer abandoned the round before chunk 2");
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(1, 2048, std::chrono::seconds(30)),
+                          protocol::TransferError, "abandoned");
+  BOOST_CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  // A lower mark never undoes a higher one, and the next round's chunks are not affected.
+  producer.abandon_below(2);
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(2, 1, 20ms), protocol::TransferError,
+                          "abandoned");
+  std::memset(producer.acquire_for_write(3, 50ms), 5, 4096);
+  producer.publish(3);
+  BOOST_TEST(consumer.acquire_for_read(3, 4096, 50ms)[4095] == 5);
 }
 
 namespace {

@@ -1,0 +1,261 @@
+"""The `hotswap` extension against real hotswap-workers: every binding's error path (wrong types,
+a tensor of the wrong dtype or device, a closed engine, errors raised inside Python sources and
+clients), each leaving the worker serving its previous weights; a push driven through the
+pure-Python client; and the GIL released while bytes move.
+
+Usage: python_bindings_test.py WORKER MAKE_MODEL  (with the built package on PYTHONPATH)
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import torch
+
+import hotswap
+
+FAILURES = []
+
+
+def expect(kind, fragment, call):
+    """`call()` must raise exactly `kind` (or a subclass) with `fragment` in its message."""
+    try:
+        call()
+    except kind as error:
+        if fragment not in str(error):
+            FAILURES.append(f"{kind.__name__} without {fragment!r}: {error}")
+        return error
+    except Exception as error:  # noqa: BLE001 (the wrong kind is what is being reported)
+        FAILURES.append(f"expected {kind.__name__} ({fragment!r}), got "
+                        f"{type(error).__name__}: {error}")
+        return error
+    FAILURES.append(f"expected {kind.__name__} ({fragment!r}), nothing was raised")
+    return None
+
+
+def check(condition, message):
+    if not condition:
+        FAILURES.append(message)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ListSource(hotswap.WeightSource):
+    """A Python source over a dict, with hooks to misbehave."""
+
+    def __init__(self, tensors, yield_override=None, raise_in_iter=None):
+        super().__init__()
+        self.tensors = tensors
+        self.yield_override = yield_override or {}
+        self.raise_in_iter = raise_in_iter
+
+    def metadata(self):
+        return [(name, t.dtype, tuple(t.shape)) for name, t in self.tensors.items()]
+
+    def __iter__(self):
+        for name, t in self.tensors.items():
+            if self.raise_in_iter is not None:
+                raise self.raise_in_iter
+            yield name, self.yield_override.get(name, t)
+
+
+def types_and_values(tensors):
+    """Errors that need no worker."""
+    factory = hotswap.WeightTransferTrainerFactory
+    shm = hotswap.ShmTrainerInitInfo(1, rank=0)
+    expect(TypeError, "init_info must be a hotswap TrainerInitInfo",
+           lambda: factory.trainer_init({"backend": "shm"}, client=None))
+    expect(TypeError, "has no init_weight_transfer_engine()",
+           lambda: factory.trainer_init(shm, client=object()))
+    expect(TypeError, "source must be a hotswap.WeightSource",
+           lambda: factory.trainer_init(shm, client=hotswap.ZmqWeightSyncClient("tcp://127.0.0.1:1"),
+                                        source=[1, 2]))
+    expect(TypeError, "incompatible constructor arguments",
+           lambda: hotswap.GlooTrainerInitInfo("127.0.0.1", 1, 2, rank="zero"))
+    expect(TypeError, "", lambda: hotswap.GlooTrainerInitInfo("127.0.0.1", 1, 2))  # rank: keyword
+    expect(ValueError, "timeout must be a positive number of seconds",
+           lambda: hotswap.GlooTrainerInitInfo("127.0.0.1", 1, 2, rank=0, timeout=0))
+    expect(TypeError, "must be a torch.dtype, got str",
+           lambda: hotswap.ParamMeta("w", "float32", (2,)))
+    expect(ValueError, "no name on vLLM's weight-transfer wire",
+           lambda: hotswap.ParamMeta("w", torch.complex64, (2,)))
+    expect(TypeError, "must be a torch.Tensor, got list",
+           lambda: hotswap.TensorListSource([("w", [1.0, 2.0])]))
+    expect(TypeError, "(name: str, tensor) pairs",
+           lambda: hotswap.TensorListSource([("w",)]))
+    expect(ValueError, "has no name on vLLM's weight-transfer wire",
+           lambda: hotswap.TensorListSource([("c", torch.ones(2, dtype=torch.complex64))]))
+    expect(ValueError, "must be a positive number of seconds",
+           lambda: hotswap.ZmqWeightSyncClient("tcp://127.0.0.1:1", timeout=-1))
+    expect(TypeError, "FanOutClient takes control endpoints",
+           lambda: hotswap.FanOutClient([3]))
+    arena = hotswap.SharedWeightArena(1 << 16)
+    expect(TypeError, "shape must be a sequence of ints",
+           lambda: arena.allocate("w", "four", torch.float32))
+    expect(TypeError, "must be a torch.dtype", lambda: arena.allocate("w", (4,), "float32"))
+    arena.allocate("w", (4,), torch.float32)
+    expect(ValueError, "w", lambda: arena.allocate("w", (4,), torch.float32))  # the name is taken
+    expect(ValueError, "", lambda: arena.allocate("big", (1 << 20,), torch.float32))  # no room
+    meta_model = torch.nn.Linear(2, 2, device="meta")
+    expect(ValueError, "a SharedWeightArena holds CPU tensors",
+           lambda: hotswap.SharedWeightArena.from_module(meta_model))
+
+    # The Python source protocol: what the C++ side reads back.
+    source = ListSource(tensors)
+    check([m[0] for m in source.metadata()] == list(tensors), "metadata names")
+    check(source.groups()[0][0] == next(iter(tensors)), "groups() over a Python source")
+
+    class NoMetadata(hotswap.WeightSource):
+        def __iter__(self):
+            return iter(())
+
+    expect(RuntimeError, "must implement metadata()", lambda: NoMetadata().groups())
+
+    class BadHeld(ListSource):
+        def held_names(self):
+            return [1, 2]
+
+    expect(TypeError, "held_names() must give names", lambda: BadHeld(tensors).groups())
+    # The ready sources pass tensors through without a copy.
+    t = torch.arange(6.0)
+    passed = next(iter(hotswap.TensorListSource([("t", t)])))[1]
+    check(passed.data_ptr() == t.data_ptr(), "TensorListSource copied its tensor")
+    module_source = hotswap.ModuleSource(torch.nn.Linear(3, 2))
+    check([m.name for m in module_source.metadata()] == ["weight", "bias"], "ModuleSource names")
+
+
+def against_a_worker(worker, model, tensors):
+    factory = hotswap.WeightTransferTrainerFactory
+    with hotswap.WorkerProcess(worker, model, "shm") as w:
+        client = hotswap.ZmqWeightSyncClient(w.endpoint, timeout=30)
+        info = hotswap.ShmTrainerInitInfo(1, rank=0, timeout=30)
+        good = {name: t.clone() for name, t in tensors.items()}
+        first = next(iter(good))
+
+        def serves(version):
+            check(client.call("weight_info")["weight_version"] == version,
+                  f"the worker should serve {version}, serves "
+                  f"{client.call('weight_info')['weight_version']}")
+            client.call("generate", {"prompt_token_ids": [1, 2], "max_tokens": 2})
+
+        engine = factory.trainer_init(info, client=client, source=ListSource(good))
+        engine.push(weight_version="v1", verify=True)
+        serves("v1")
+        engine.shutdown()
+
+        # A tensor of the wrong dtype, or one on the meta device: named, and nothing lost.
+        wrong_dtype = ListSource(good, {first: good[first].double()})
+        engine = factory.trainer_init(info, client=client, source=wrong_dtype)
+        expect(ValueError, "metadata disagrees with iteration",
+               lambda: engine.push(weight_version="v2"))
+        engine.shutdown()
+        serves("v1")
+        on_meta = ListSource(good, {first: torch.empty_like(good[first], device="meta")})
+        engine = factory.trainer_init(info, client=client, source=on_meta)
+        expect(ValueError, "as a meta tensor", lambda: engine.push(weight_version="v2"))
+        engine.shutdown()
+        serves("v1")
+        wrong_shape = ListSource(good, {first: good[first].flatten()[:1]})
+        engine = factory.trainer_init(info, client=client, source=wrong_shape)
+        expect(ValueError, "metadata disagrees", lambda: engine.push(weight_version="v2"))
+        engine.shutdown()
+        not_a_pair = ListSource(good, {first: "a string"})
+        engine = factory.trainer_init(info, client=client, source=not_a_pair)
+        expect(TypeError, "must be a torch.Tensor, got str", lambda: engine.push())
+        engine.shutdown()
+        serves("v1")
+
+        # Exceptions raised inside a Python source keep their kind and say where they came from.
+        raising = ListSource(good, raise_in_iter=ValueError("bad shard"))
+        engine = factory.trainer_init(info, client=client, source=raising)
+        expect(ValueError, "WeightSource.__iter__() raised ValueError: bad shard",
+               lambda: engine.push())
+        engine.shutdown()
+        raising = ListSource(good, raise_in_iter=KeyError("gone"))
+        engine = factory.trainer_init(info, client=client, source=raising)
+        expect(RuntimeError, "WeightSource.__iter__() raised KeyError", lambda: engine.push())
+        engine.shutdown()
+        serves("v1")
+
+        # A closed engine says so, whichever way it was closed.
+        with factory.trainer_init(info, client=client, source=ListSource(good)) as engine:
+            engine.push(weight_version="v3")
+        check(engine.closed, "the engine should be closed after its with block")
+        expect(RuntimeError, "was shut down", lambda: engine.push())
+        expect(RuntimeError, "was shut down", lambda: engine.send_weights())
+        expect(RuntimeError, "was shut down", lambda: engine.is_sender)
+        engine.shutdown()  # twice is harmless
+        expect(ValueError, "send_weights(patches) is for the sparse backends",
+               lambda: factory.trainer_init(info, client=client, source=ListSource(good))
+               .send_weights([("w", torch.zeros(1, dtype=torch.int32), torch.zeros(1), [1])]))
+        engine = factory.trainer_init(info, client=client, source=ListSource(good))
+        expect(TypeError, "weight_version must be a str", lambda: engine.push(weight_version=3))
+        engine.shutdown()
+
+        # The worker's errors come back as their kinds, with vLLM's messages.
+        expect(RuntimeError, "start_weight_update must be called before update_weights.",
+               lambda: client.update_weights({"names": []}))
+        expect(ValueError, "", lambda: client.call("weight_checker", {"action": "nonsense"}))
+        silent = hotswap.ZmqWeightSyncClient(f"tcp://127.0.0.1:{free_port()}", timeout=0.3)
+        expect(TimeoutError, "", silent.start_weight_update)
+
+        # The pure-Python client drives a C++ engine (its HotswapError keeps the worker's kind).
+        py_client = hotswap.HotswapWeightSyncClient(w.endpoint, timeout=30)
+        with factory.trainer_init(info, client=py_client, source=ListSource(good)) as engine:
+            engine.push(weight_version="via-python-client", verify=True)
+        serves("via-python-client")
+
+        # The GIL is released while the bytes move: another thread runs during a push.
+        big = {name: t.clone() for name, t in good.items()}
+        big_source = hotswap.TensorListSource(list(big.items()))
+        ticks = []
+        stop = threading.Event()
+
+        def tick():
+            while not stop.is_set():
+                ticks.append(time.perf_counter())
+                time.sleep(0.0005)
+
+        with factory.trainer_init(info, client=client, source=big_source) as engine:
+            ticker = threading.Thread(target=tick)
+            ticker.start()
+            time.sleep(0.01)
+            start = time.perf_counter()
+            for _ in range(5):
+                engine.push(weight_version="gil", verify=True)
+            end = time.perf_counter()
+            stop.set()
+            ticker.join()
+        during = [t for t in ticks if start < t < end]
+        check(len(during) >= 3, f"another thread ran {len(during)} times during {1e3 * (end - start):.1f} ms "
+                                "of pushes: the GIL was held")
+        serves("gil")
+
+
+def main(worker, make):
+    tmp = tempfile.mkdtemp(prefix="hotswap-pybind-")
+    model = os.path.join(tmp, "model")
+    subprocess.run([make, "--arch", "llama", "--layers", "2", "--hidden-size", "64",
+                    "--intermediate-size", "96", "--heads", "4", "--kv-heads", "2", "--vocab",
+                    "128", "--seed", "3", "--out", model], check=True, stdout=subprocess.DEVNULL)
+    tensors = hotswap.load_checkpoint(model)
+    types_and_values(tensors)
+    against_a_worker(worker, model, tensors)
+    if FAILURES:
+        print("python bindings: FAILED")
+        for failure in FAILURES:
+            print("  -", failure)
+        sys.exit(1)
+    print("python bindings: ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

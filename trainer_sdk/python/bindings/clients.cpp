@@ -1,0 +1,205 @@
+// hotswap.WeightSyncClient, hotswap.ZmqWeightSyncClient and hotswap.FanOutClient, and the
+// adapter that lets an engine drive any Python object with vLLM's four client methods.
+//
+// Every call releases the GIL while it waits on the workers: a trainer's other Python threads
+// (a data loader, a logger) keep running through a push.
+#include <chrono>
+
+#include "protocol/errors.hpp"
+#include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/python/bindings/conversions.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+
+namespace hotswap::python {
+namespace {
+
+using trainer_sdk::FanOutClient;
+using trainer_sdk::WeightSyncClient;
+using trainer_sdk::ZmqWeightSyncClient;
+
+std::chrono::milliseconds milliseconds(double seconds, const char* what) {
+  if (!(seconds > 0)) {
+    throw protocol::ValueError(std::string(what) + " must be a positive number of seconds, got " +
+                               std::to_string(seconds));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
+// A Python client behind the C++ interface. Each call takes the GIL for itself, so the engine
+// may call it from a side thread while the push that drives it has released the GIL.
+class PythonWeightSyncClient final : public WeightSyncClient {
+ public:
+  explicit PythonWeightSyncClient(py::object client) : client_(std::move(client)) {}
+  ~PythonWeightSyncClient() override {
+    py::gil_scoped_acquire gil;
+    client_ = py::object();
+  }
+
+  void init_weight_transfer_engine(const nlohmann::json& init_info) override {
+    call("init_weight_transfer_engine", [&](const py::object& f) { f(from_json(init_info)); });
+  }
+  void start_weight_update() override {
+    call("start_weight_update", [](const py::object& f) { f(); });
+  }
+  void update_weights(const nlohmann::json& update_info) override {
+    call("update_weights", [&](const py::object& f) { f(from_json(update_info)); });
+  }
+  void finish_weight_update(const std::optional<std::string>& weight_version) override {
+    call("finish_weight_update", [&](const py::object& f) {
+      f(py::arg("weight_version") = weight_version ? py::cast(*weight_version) : py::none());
+    });
+  }
+
+  WorkerDigests checkpoint_checksums() override {
+    WorkerDigests digests;
+    py::gil_scoped_acquire gil;
+    if (py::hasattr(client_, "checkpoint_checksums")) {
+      call("checkpoint_checksums",
+           [&](const py::object& f) { digests = f().cast<WorkerDigests>(); });
+    } else if (py::hasattr(client_, "weight_checker")) {
+      // hotswap.client.HotswapWeightSyncClient: the worker's checkpoint-format digests.
+      call("weight_checker", [&](const py::object& f) {
+        auto reply = to_json(f("checksum", py::arg("format") = "checkpoint"));
+        const std::string name =
+            py::hasattr(client_, "endpoint") ? py::str(client_.attr("endpoint")) : py::str(client_);
+        digests.emplace_back(name, reply.at("checksums").get<std::map<std::string, std::string>>());
+      });
+    } else {
+      return WeightSyncClient::checkpoint_checksums();  // raises: this client cannot
+    }
+    return digests;
+  }
+
+  void shutdown_weight_transfer_engine() override {
+    py::gil_scoped_acquire gil;
+    if (!py::hasattr(client_, "shutdown_weight_transfer_engine")) {
+      WeightSyncClient::shutdown_weight_transfer_engine();
+      return;
+    }
+    call("shutdown_weight_transfer_engine", [](const py::object& f) { f(); });
+  }
+
+ private:
+  template <class Call>
+  void call(const char* method, Call&& body) {
+    py::gil_scoped_acquire gil;
+    try {
+      body(client_.attr(method));
+    } catch (py::error_already_set& error) {
+      rethrow_python_error(error, std::string("client.") + method + "()");
+    }
+  }
+
+  py::object client_;
+};
+
+}  // namespace
+
+std::shared_ptr<WeightSyncClient> weight_sync_client_from(py::handle client) {
+  if (py::isinstance<WeightSyncClient>(client))
+    return client.cast<std::shared_ptr<WeightSyncClient>>();
+  for (const char* method : {"init_weight_transfer_engine", "start_weight_update", "update_weights",
+                             "finish_weight_update"}) {
+    if (!py::hasattr(client, method)) {
+      throw py::type_error(
+          "client must be a hotswap.ZmqWeightSyncClient, a hotswap.FanOutClient, or an object "
+          "with vLLM's four client methods; " +
+          py::repr(client).cast<std::string>() + " has no " + method + "()");
+    }
+  }
+  return std::make_shared<PythonWeightSyncClient>(py::reinterpret_borrow<py::object>(client));
+}
+
+void bind_clients(py::module_& m) {
+  using Release = py::call_guard<py::gil_scoped_release>;
+  py::class_<WeightSyncClient, std::shared_ptr<WeightSyncClient>>(
+      m, "WeightSyncClient",
+      "How to reach the inference side (vLLM's VLLMWeightSyncClient): the four calls, each\n"
+      "reaching every worker and raising on any failure.")
+      .def(
+          "init_weight_transfer_engine",
+          [](WeightSyncClient& self, const py::handle& init_info) {
+            auto body = to_json(init_info);
+            py::gil_scoped_release release;
+            self.init_weight_transfer_engine(body);
+          },
+          py::arg("init_info"))
+      .def("start_weight_update", &WeightSyncClient::start_weight_update, Release())
+      .def(
+          "update_weights",
+          [](WeightSyncClient& self, const py::handle& update_info) {
+            auto body = to_json(update_info);
+            py::gil_scoped_release release;
+            self.update_weights(body);
+          },
+          py::arg("update_info"))
+      .def("finish_weight_update", &WeightSyncClient::finish_weight_update,
+           py::arg("weight_version") = py::none(), Release())
+      .def("checkpoint_checksums", &WeightSyncClient::checkpoint_checksums, Release(),
+           "[(worker, {checkpoint name: sha256 hex})] for every worker reached.")
+      .def("shutdown_weight_transfer_engine", &WeightSyncClient::shutdown_weight_transfer_engine,
+           Release());
+
+  py::class_<ZmqWeightSyncClient, WeightSyncClient, std::shared_ptr<ZmqWeightSyncClient>>(
+      m, "ZmqWeightSyncClient",
+      "One hotswap worker over its ZeroMQ control socket; every call waits at most `timeout`\n"
+      "seconds (TimeoutError) and raises the worker's error as its own kind.")
+      .def(py::init([](std::string endpoint, double timeout, const py::object& curve) {
+             std::optional<trainer_sdk::CurveKeys> keys;
+             if (!curve.is_none()) {
+               auto fields = to_json(curve);
+               if (!fields.is_object()) {
+                 throw py::type_error(
+                     "curve must be a dict with server_public, public_key and secret_key");
+               }
+               keys = trainer_sdk::CurveKeys{fields.value("server_public", ""),
+                                             fields.value("public_key", ""),
+                                             fields.value("secret_key", "")};
+             }
+             return std::make_shared<ZmqWeightSyncClient>(
+                 std::move(endpoint), milliseconds(timeout, "timeout"), std::move(keys));
+           }),
+           py::arg("endpoint"), py::arg("timeout") = 300.0, py::arg("curve") = py::none())
+      .def(
+          "call",
+          [](const ZmqWeightSyncClient& self, const std::string& method, const py::object& params) {
+            auto body = params.is_none() ? nlohmann::json::object() : to_json(params);
+            nlohmann::json reply;
+            {
+              py::gil_scoped_release release;
+              reply = self.call(method, body);
+            }
+            return from_json(reply);
+          },
+          py::arg("method"), py::arg("params") = py::none(),
+          "Any other control method of the worker (weight_info, generate, health, ...).")
+      .def_property_readonly("endpoint", &ZmqWeightSyncClient::endpoint)
+      .def("__repr__", [](const ZmqWeightSyncClient& self) {
+        return "ZmqWeightSyncClient('" + self.endpoint() + "')";
+      });
+
+  py::class_<FanOutClient, WeightSyncClient, std::shared_ptr<FanOutClient>>(
+      m, "FanOutClient",
+      "Many workers (data-parallel replicas) as one client: each call reaches all of them at\n"
+      "once and raises the first failure, prefixed with the worker it came from.")
+      .def(py::init([](const py::iterable& workers, double timeout) {
+             std::vector<std::shared_ptr<ZmqWeightSyncClient>> clients;
+             for (py::handle worker : workers) {
+               if (py::isinstance<py::str>(worker)) {
+                 clients.push_back(std::make_shared<ZmqWeightSyncClient>(
+                     worker.cast<std::string>(), milliseconds(timeout, "timeout")));
+               } else if (py::isinstance<ZmqWeightSyncClient>(worker)) {
+                 clients.push_back(worker.cast<std::shared_ptr<ZmqWeightSyncClient>>());
+               } else {
+                 throw py::type_error(
+                     "FanOutClient takes control endpoints (str) or ZmqWeightSyncClients, got " +
+                     py::repr(worker).cast<std::string>());
+               }
+             }
+             return std::make_shared<FanOutClient>(std::move(clients));
+           }),
+           py::arg("workers"), py::arg("timeout") = 300.0)
+      .def_property_readonly("workers", &FanOutClient::workers);
+}
+
+}  // namespace hotswap::python

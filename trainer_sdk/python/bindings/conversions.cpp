@@ -1,0 +1,134 @@
+#include "trainer_sdk/python/bindings/conversions.hpp"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "protocol/errors.hpp"
+#include "transport/torch_dtype.hpp"
+
+namespace hotswap::python {
+namespace {
+
+// hotswap.TransferError, created at module init and alive for the interpreter's life.
+PyObject* transfer_error_type = nullptr;
+
+std::string type_name(py::handle value) {
+  return py::str(py::type::of(value).attr("__name__"));
+}
+
+}  // namespace
+
+nlohmann::json to_json(py::handle value) {
+  const std::string text = py::module_::import("json").attr("dumps")(value).cast<std::string>();
+  return nlohmann::json::parse(text);
+}
+
+py::object from_json(const nlohmann::json& value) {
+  return py::module_::import("json").attr("loads")(value.dump());
+}
+
+protocol::DType wire_dtype(py::handle dtype, const std::string& what) {
+  if (!THPDtype_Check(dtype.ptr())) {
+    throw py::type_error(what + " must be a torch.dtype, got " + type_name(dtype));
+  }
+  // A dtype with no name on the wire (complex, quantized) is a ValueError naming it.
+  return transport::from_scalar_type(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+}
+
+py::object torch_dtype(protocol::DType dtype) {
+  auto* object = reinterpret_cast<PyObject*>(torch::getTHPDtype(transport::to_scalar_type(dtype)));
+  return py::reinterpret_borrow<py::object>(object);
+}
+
+at::Tensor tensor_argument(py::handle value, const std::string& what) {
+  if (!THPVariable_Check(value.ptr())) {
+    throw py::type_error(what + " must be a torch.Tensor, got " + type_name(value));
+  }
+  return THPVariable_Unpack(value.ptr());
+}
+
+protocol::ParamMeta param_meta_from(py::handle value, const std::string& what) {
+  if (py::isinstance<protocol::ParamMeta>(value)) return value.cast<protocol::ParamMeta>();
+  if (!py::isinstance<py::tuple>(value) && !py::isinstance<py::list>(value)) {
+    throw py::type_error(what +
+                         " must be a hotswap.ParamMeta or a (name, dtype, shape) tuple, got " +
+                         type_name(value));
+  }
+  auto items = py::reinterpret_borrow<py::sequence>(value);
+  if (items.size() != 3 || !py::isinstance<py::str>(items[0])) {
+    throw py::type_error(what + " must be a (name: str, dtype: torch.dtype, shape) tuple");
+  }
+  protocol::ParamMeta meta;
+  meta.name = items[0].cast<std::string>();
+  meta.dtype = wire_dtype(items[1], what + " ('" + meta.name + "') dtype");
+  try {
+    meta.shape = items[2].cast<std::vector<std::int64_t>>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(what + " ('" + meta.name + "') shape must be a sequence of ints, got " +
+                         type_name(items[2]));
+  }
+  return meta;
+}
+
+void rethrow_python_error(py::error_already_set& error, const std::string& context) {
+  const std::string message = context + " raised " +
+                              py::str(error.type().attr("__name__")).cast<std::string>() + ": " +
+                              py::str(error.value()).cast<std::string>();
+  // hotswap.HotswapError (the pure-Python client's) carries the worker's error kind by name.
+  std::string kind;
+  if (py::hasattr(error.value(), "kind") && py::isinstance<py::str>(error.value().attr("kind"))) {
+    kind = error.value().attr("kind").cast<std::string>();
+  }
+  if (kind == "ValueError") throw protocol::ValueError(message);
+  if (kind == "TimeoutError") throw protocol::TimeoutError(message);
+  if (kind == "TransferError") throw protocol::TransferError(message);
+  if (error.matches(PyExc_ValueError) || error.matches(PyExc_TypeError)) {
+    throw protocol::ValueError(message);
+  }
+  if (error.matches(PyExc_TimeoutError)) throw protocol::TimeoutError(message);
+  if (transfer_error_type != nullptr && error.matches(transfer_error_type)) {
+    throw protocol::TransferError(message);
+  }
+  throw protocol::RuntimeError(message);
+}
+
+void register_exceptions(py::module_& module) {
+  static py::exception<protocol::TransferError> transfer_error(module, "TransferError",
+                                                               PyExc_RuntimeError);
+  transfer_error.doc() =
+      "A data plane failed mid-transfer (hotswap's TransferError, JSON-RPC code -32001).";
+  transfer_error_type = transfer_error.ptr();
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown) std::rethrow_exception(thrown);
+    } catch (const protocol::Error& e) {
+      PyObject* type = PyExc_RuntimeError;
+      switch (e.kind()) {
+        case protocol::ErrorKind::kParseError:
+        case protocol::ErrorKind::kInvalidRequest:
+        case protocol::ErrorKind::kMethodNotFound:
+        case protocol::ErrorKind::kValueError:
+          type = PyExc_ValueError;
+          break;
+        case protocol::ErrorKind::kTimeoutError:
+          type = PyExc_TimeoutError;
+          break;
+        case protocol::ErrorKind::kTransferError:
+          type = transfer_error_type;
+          break;
+        case protocol::ErrorKind::kRuntimeError:
+        case protocol::ErrorKind::kOverloaded:
+          break;
+      }
+      PyErr_SetString(type, e.what());
+    } catch (const c10::Error& e) {
+      // libtorch's own errors (a copy out of a meta tensor, an allocation that failed) read
+      // without the C++ backtrace that what() appends.
+      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+    }
+  });
+}
+
+}  // namespace hotswap::python

@@ -1,0 +1,206 @@
+// hotswap.WeightTransferTrainerFactory, hotswap.TrainerWeightTransferEngine and
+// hotswap.SparsePatch.
+//
+// A Python engine owns its C++ engine and the Python objects that engine calls into (a Python
+// source, a Python client): the C++ side holds them only through shared_ptrs to their C++
+// halves, which stop dispatching to Python once the Python object is gone. Every transfer runs
+// with the GIL released; a Python source or client takes it back for each call.
+#include "protocol/errors.hpp"
+#include "trainer_sdk/python/bindings/conversions.hpp"
+#include "trainer_sdk/sparse_trainer_engine.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+
+namespace hotswap::python {
+namespace {
+
+using trainer_sdk::SparsePatch;
+using trainer_sdk::TrainerWeightTransferEngine;
+using trainer_sdk::WeightSource;
+
+class PythonEngine {
+ public:
+  PythonEngine(std::unique_ptr<TrainerWeightTransferEngine> engine, std::string backend,
+               py::object client, py::object source)
+      : engine_(std::move(engine)),
+        backend_(std::move(backend)),
+        client_(std::move(client)),
+        source_(std::move(source)) {}
+  // The engine is torn down without the GIL: its threads may be waiting to call into Python.
+  ~PythonEngine() {
+    py::gil_scoped_release release;
+    engine_.reset();
+  }
+  PythonEngine(const PythonEngine&) = delete;
+  PythonEngine& operator=(const PythonEngine&) = delete;
+
+  // The engine, or a RuntimeError saying that it was shut down.
+  TrainerWeightTransferEngine& open(const char* call) {
+    if (!engine_) {
+      throw protocol::RuntimeError("TrainerWeightTransferEngine." + std::string(call) +
+                                   "(): this " + backend_ +
+                                   " engine was shut down; build a new one with "
+                                   "WeightTransferTrainerFactory.trainer_init");
+    }
+    return *engine_;
+  }
+
+  void shutdown() {
+    if (!engine_) return;
+    py::gil_scoped_release release;
+    engine_->shutdown();
+    engine_.reset();
+  }
+
+  bool closed() const { return !engine_; }
+  const std::string& backend() const { return backend_; }
+
+ private:
+  std::unique_ptr<TrainerWeightTransferEngine> engine_;
+  std::string backend_;
+  py::object client_;
+  py::object source_;
+};
+
+SparsePatch sparse_patch_from(py::handle value, std::size_t index) {
+  if (py::isinstance<SparsePatch>(value)) return value.cast<SparsePatch>();
+  const std::string what = "patches[" + std::to_string(index) + "]";
+  if (!py::isinstance<py::tuple>(value) || py::len(value) != 4) {
+    throw py::type_error(what +
+                         " must be a hotswap.SparsePatch or a (name, indices, values, "
+                         "full_shape) tuple, got " +
+                         py::repr(value).cast<std::string>());
+  }
+  auto item = py::reinterpret_borrow<py::tuple>(value);
+  return SparsePatch{item[0].cast<std::string>(), tensor_argument(item[1], what + " indices"),
+                     tensor_argument(item[2], what + " values"),
+                     item[3].cast<std::vector<std::int64_t>>()};
+}
+
+std::optional<std::string> version_argument(const py::object& version) {
+  if (version.is_none()) return std::nullopt;
+  if (!py::isinstance<py::str>(version)) {
+    throw py::type_error("weight_version must be a str or None, got " +
+                         py::repr(version).cast<std::string>());
+  }
+  return version.cast<std::string>();
+}
+
+// The source argument of trainer_init: None, a hotswap.WeightSource, or a torch.nn.Module
+// (wrapped in hotswap.ModuleSource).
+py::object source_argument(py::object source) {
+  if (source.is_none() || py::isinstance<WeightSource>(source)) return source;
+  if (py::isinstance(source, py::module_::import("torch.nn").attr("Module"))) {
+    return py::module_::import("hotswap").attr("ModuleSource")(source);
+  }
+  throw py::type_error(
+      "source must be a hotswap.WeightSource (ModuleSource, TensorListSource, or a subclass), a "
+      "torch.nn.Module, or None; got " +
+      py::repr(source).cast<std::string>());
+}
+
+}  // namespace
+
+void bind_engines(py::module_& m) {
+  py::class_<SparsePatch>(m, "SparsePatch",
+                          "`values` at the flat positions `indices` (1-D int32, unique) of the "
+                          "checkpoint tensor `name` of shape `full_shape`.")
+      .def(py::init([](std::string name, const py::handle& indices, const py::handle& values,
+                       std::vector<std::int64_t> full_shape) {
+             return SparsePatch{std::move(name), tensor_argument(indices, "SparsePatch indices"),
+                                tensor_argument(values, "SparsePatch values"),
+                                std::move(full_shape)};
+           }),
+           py::arg("name"), py::arg("indices"), py::arg("values"), py::arg("full_shape"))
+      .def_readonly("name", &SparsePatch::name)
+      .def_readonly("indices", &SparsePatch::indices)
+      .def_readonly("values", &SparsePatch::values)
+      .def_readonly("full_shape", &SparsePatch::full_shape);
+
+  py::class_<PythonEngine>(
+      m, "TrainerWeightTransferEngine",
+      "The trainer side of one backend (vLLM's TrainerWeightTransferEngine), built by\n"
+      "WeightTransferTrainerFactory.trainer_init on every trainer rank. A context manager: it\n"
+      "shuts down on leaving the block.")
+      .def(
+          "send_weights",
+          [](PythonEngine& self, const py::object& patches, const py::object& weight_version) {
+            auto& engine = self.open("send_weights");
+            if (patches.is_none()) {
+              py::gil_scoped_release release;
+              engine.send_weights();
+              return;
+            }
+            auto* sparse = dynamic_cast<trainer_sdk::SparseTrainerEngine*>(&engine);
+            if (sparse == nullptr) {
+              throw protocol::ValueError(
+                  "send_weights(patches) is for the sparse backends; the " + self.backend() +
+                  " engine resends its whole source: call send_weights() or push()");
+            }
+            std::vector<SparsePatch> list;
+            for (py::handle patch : py::iter(patches)) {
+              list.push_back(sparse_patch_from(patch, list.size()));
+            }
+            auto version = version_argument(weight_version);
+            py::gil_scoped_release release;
+            sparse->send_weights(list, version);
+          },
+          py::arg("patches") = py::none(), py::arg("weight_version") = py::none(),
+          "Pushes the source's weights (start, update, finish), or, on the sparse backends, "
+          "one round of patches.")
+      .def(
+          "push",
+          [](PythonEngine& self, const py::object& weight_version, bool verify) {
+            auto& engine = self.open("push");
+            trainer_sdk::SendOptions options{version_argument(weight_version), verify};
+            py::gil_scoped_release release;
+            engine.push(options);
+          },
+          py::kw_only(), py::arg("weight_version") = py::none(), py::arg("verify") = false,
+          "send_weights, committing `weight_version`; with verify=True, each sending rank then "
+          "compares every worker's checkpoint digests with its source (TransferError on a "
+          "mismatch).")
+      .def("shutdown", &PythonEngine::shutdown,
+           "Tears communicators and buffers down; the engine cannot be used again.")
+      .def_property_readonly("is_sender",
+                             [](PythonEngine& self) { return self.open("is_sender").is_sender(); })
+      .def_property_readonly(
+          "sends_weights",
+          [](PythonEngine& self) { return self.open("sends_weights").sends_weights(); })
+      .def_property_readonly("backend", &PythonEngine::backend)
+      .def_property_readonly("closed", &PythonEngine::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PythonEngine& self, const py::args&) { self.shutdown(); });
+
+  using Factory = trainer_sdk::WeightTransferTrainerFactory;
+  py::class_<Factory>(m, "WeightTransferTrainerFactory",
+                      "The trainer-side registry of engines, keyed by init_info.backend.")
+      .def_static(
+          "trainer_init",
+          [](const py::object& init_info, const py::object& client, py::object source) {
+            if (!py::isinstance<trainer_sdk::TrainerInitInfo>(init_info)) {
+              throw py::type_error(
+                  "init_info must be a hotswap TrainerInitInfo (GlooTrainerInitInfo, "
+                  "ShmTrainerInitInfo, NcclTrainerInitInfo, ...), got " +
+                  py::repr(init_info).cast<std::string>());
+            }
+            const auto& info = init_info.cast<const trainer_sdk::TrainerInitInfo&>();
+            auto sync_client = weight_sync_client_from(client);
+            source = source_argument(std::move(source));
+            auto weight_source =
+                source.is_none() ? nullptr : source.cast<std::shared_ptr<WeightSource>>();
+            std::unique_ptr<TrainerWeightTransferEngine> engine;
+            {
+              py::gil_scoped_release release;
+              engine = Factory::trainer_init(info, sync_client, weight_source);
+            }
+            return std::make_unique<PythonEngine>(std::move(engine),
+                                                  std::string(info.backend_name()), client, source);
+          },
+          py::arg("init_info"), py::kw_only(), py::arg("client"), py::arg("source") = py::none(),
+          "Rendezvous with the workers through the engine of init_info.backend and return it "
+          "ready.")
+      .def_static("registered_backends", &Factory::registered_backends)
+      .def_static("is_registered", &Factory::is_registered, py::arg("name"));
+}
+
+}  // namespace hotswap::python

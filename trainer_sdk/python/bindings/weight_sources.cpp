@@ -1,0 +1,372 @@
+// hotswap.ParamMeta, hotswap.WeightSource (subclassable in Python, as vLLM's ABC),
+// hotswap.TensorListSource and hotswap.SharedWeightArena.
+//
+// A Python source is called from the engine's C++ frames, often with the GIL released by the
+// push that drives them, and sometimes from an engine's side thread: every call into Python
+// takes the GIL for itself, and every Python object a C++ stream holds is dropped under it.
+#include <vector>
+
+#include "protocol/errors.hpp"
+#include "protocol/layerwise_groups.hpp"
+#include "trainer_sdk/python/bindings/conversions.hpp"
+#include "trainer_sdk/shared_weight_arena.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_source.hpp"
+#include "transport/torch_dtype.hpp"
+
+namespace hotswap::python {
+namespace {
+
+using trainer_sdk::GroupStream;
+using trainer_sdk::NamedWeight;
+using trainer_sdk::WeightGroup;
+using trainer_sdk::WeightSource;
+using trainer_sdk::WeightStream;
+
+// A Python object owned by C++ code that may drop it on any thread.
+class HeldObject {
+ public:
+  explicit HeldObject(py::object object) : object_(std::move(object)) {}
+  ~HeldObject() {
+    py::gil_scoped_acquire gil;
+    object_ = py::object();
+  }
+  HeldObject(const HeldObject&) = delete;
+  HeldObject& operator=(const HeldObject&) = delete;
+  const py::object& get() const { return object_; }
+
+ private:
+  py::object object_;
+};
+
+// The tensor of a yielded pair: None is a parameter this rank does not hold.
+at::Tensor yielded_tensor(py::handle value, const std::string& name, const char* where) {
+  if (value.is_none()) return {};
+  return tensor_argument(value, std::string(where) + " yielded '" + name + "' whose tensor");
+}
+
+// Advances a Python iterator: the next item, or nullopt at its end. A Python exception raised by
+// the iterator comes out as the protocol error of its kind.
+std::optional<py::object> advance(const py::object& iterator, const char* where) {
+  PyObject* item = PyIter_Next(iterator.ptr());
+  if (item != nullptr) return py::reinterpret_steal<py::object>(item);
+  if (PyErr_Occurred() != nullptr) {
+    py::error_already_set error;
+    rethrow_python_error(error, where);
+  }
+  return std::nullopt;
+}
+
+class PythonWeightStream final : public WeightStream {
+ public:
+  explicit PythonWeightStream(py::object iterator) : iterator_(std::move(iterator)) {}
+
+  std::optional<NamedWeight> next() override {
+    static constexpr const char* kWhere = "WeightSource.__iter__()";
+    py::gil_scoped_acquire gil;
+    auto item = advance(iterator_.get(), kWhere);
+    if (!item) return std::nullopt;
+    if (!py::isinstance<py::tuple>(*item) || py::len(*item) != 2 ||
+        !py::isinstance<py::str>((*item)[py::int_(0)])) {
+      throw py::type_error(std::string(kWhere) + " must yield (name: str, tensor) pairs, got " +
+                           py::repr(*item).cast<std::string>());
+    }
+    NamedWeight weight;
+    weight.name = (*item)[py::int_(0)].cast<std::string>();
+    weight.tensor = yielded_tensor((*item)[py::int_(1)], weight.name, kWhere);
+    return weight;
+  }
+
+ private:
+  HeldObject iterator_;
+};
+
+class PythonGroupStream final : public GroupStream {
+ public:
+  explicit PythonGroupStream(py::object iterator) : iterator_(std::move(iterator)) {}
+
+  std::optional<WeightGroup> next() override {
+    static constexpr const char* kWhere = "WeightSource.iter_groups()";
+    py::gil_scoped_acquire gil;
+    auto item = advance(iterator_.get(), kWhere);
+    if (!item) return std::nullopt;
+    if (!py::isinstance<py::tuple>(*item) || py::len(*item) != 2) {
+      throw py::type_error(std::string(kWhere) + " must yield (names, tensors) pairs, got " +
+                           py::repr(*item).cast<std::string>());
+    }
+    WeightGroup group;
+    group.names = (*item)[py::int_(0)].cast<std::vector<std::string>>();
+    auto tensors = py::reinterpret_borrow<py::sequence>((*item)[py::int_(1)]);
+    if (tensors.size() != group.names.size()) {
+      throw protocol::ValueError(std::string(kWhere) + " yielded " +
+                                 std::to_string(group.names.size()) + " names but " +
+                                 std::to_string(tensors.size()) + " tensors");
+    }
+    for (std::size_t i = 0; i < group.names.size(); ++i) {
+      group.tensors.push_back(yielded_tensor(tensors[i], group.names[i], kWhere));
+    }
+    return group;
+  }
+
+ private:
+  HeldObject iterator_;
+};
+
+// The C++ side of a Python subclass of hotswap.WeightSource.
+class PythonWeightSource final : public WeightSource {
+ public:
+  std::vector<protocol::ParamMeta> metadata() override {
+    py::gil_scoped_acquire gil;
+    py::object result = call_override("metadata", /*required=*/true);
+    std::vector<protocol::ParamMeta> meta;
+    std::size_t i = 0;
+    for (py::handle item : py::iter(result)) {
+      meta.push_back(param_meta_from(item, "WeightSource.metadata()[" + std::to_string(i++) + "]"));
+    }
+    return meta;
+  }
+
+  std::unique_ptr<WeightStream> iter() override {
+    py::gil_scoped_acquire gil;
+    py::object iterable = call_override("__iter__", /*required=*/true);
+    return std::make_unique<PythonWeightStream>(iterator_of(iterable, "__iter__"));
+  }
+
+  std::optional<std::unordered_set<std::string>> held_names() override {
+    py::gil_scoped_acquire gil;
+    if (!py::get_override(this, "held_names")) return WeightSource::held_names();
+    py::object result = call_override("held_names", /*required=*/false);
+    if (result.is_none()) return std::nullopt;
+    std::unordered_set<std::string> held;
+    for (py::handle name : py::iter(result)) {
+      if (!py::isinstance<py::str>(name)) {
+        throw py::type_error("WeightSource.held_names() must give names (str), got " +
+                             py::repr(name).cast<std::string>());
+      }
+      held.insert(name.cast<std::string>());
+    }
+    return held;
+  }
+
+  std::unique_ptr<GroupStream> iter_groups() override {
+    {
+      py::gil_scoped_acquire gil;
+      if (py::get_override(this, "iter_groups")) {
+        py::object iterable = call_override("iter_groups", /*required=*/false);
+        return std::make_unique<PythonGroupStream>(iterator_of(iterable, "iter_groups"));
+      }
+    }
+    return WeightSource::iter_groups();
+  }
+
+ private:
+  // Calls the Python subclass's `name` (the GIL held). A missing required method is a
+  // RuntimeError naming it; a Python exception comes out as the protocol error of its kind.
+  py::object call_override(const char* name, bool required) {
+    py::function method = py::get_override(this, name);
+    if (!method) {
+      if (!required) return py::none();
+      throw protocol::RuntimeError(std::string("a hotswap.WeightSource subclass must implement ") +
+                                   name + "()");
+    }
+    try {
+      return method();
+    } catch (py::error_already_set& error) {
+      rethrow_python_error(error, std::string("WeightSource.") + name + "()");
+    }
+  }
+
+  // iter(iterable): a TypeError naming the method when what it returned is not iterable.
+  static py::object iterator_of(const py::object& iterable, const char* name) {
+    PyObject* iterator = PyObject_GetIter(iterable.ptr());
+    if (iterator == nullptr) {
+      PyErr_Clear();
+      throw py::type_error(std::string("WeightSource.") + name +
+                           "() must return an iterable, got " +
+                           py::repr(iterable).cast<std::string>());
+    }
+    return py::reinterpret_steal<py::object>(iterator);
+  }
+};
+
+// A C++ stream iterated from Python: for sources built in C++ (TensorListSource).
+class StreamIterator {
+ public:
+  explicit StreamIterator(std::unique_ptr<WeightStream> stream) : stream_(std::move(stream)) {}
+  py::tuple next() {
+    auto item = stream_->next();
+    if (!item) throw py::stop_iteration();
+    return py::make_tuple(item->name, item->held() ? py::cast(item->tensor) : py::none());
+  }
+
+ private:
+  std::unique_ptr<WeightStream> stream_;
+};
+
+std::vector<protocol::ParamMeta> metadata_list(const py::iterable& items, const std::string& what) {
+  std::vector<protocol::ParamMeta> meta;
+  std::size_t i = 0;
+  for (py::handle item : items) {
+    meta.push_back(param_meta_from(item, what + "[" + std::to_string(i++) + "]"));
+  }
+  return meta;
+}
+
+std::vector<std::int64_t> shape_argument(const py::handle& shape) {
+  try {
+    return shape.cast<std::vector<std::int64_t>>();
+  } catch (const py::cast_error&) {
+    throw py::type_error("shape must be a sequence of ints, got " +
+                         py::repr(shape).cast<std::string>());
+  }
+}
+
+}  // namespace
+
+void bind_weight_sources(py::module_& m) {
+  py::class_<protocol::ParamMeta>(
+      m, "ParamMeta", "Name, wire dtype and full (Hugging Face) shape of one parameter.")
+      .def(py::init([](std::string name, py::handle dtype, py::handle shape) {
+             return protocol::ParamMeta{std::move(name), wire_dtype(dtype, "ParamMeta dtype"),
+                                        shape_argument(shape)};
+           }),
+           py::arg("name"), py::arg("dtype"), py::arg("shape"))
+      .def_readonly("name", &protocol::ParamMeta::name)
+      .def_property_readonly("dtype",
+                             [](const protocol::ParamMeta& p) { return torch_dtype(p.dtype); })
+      .def_property_readonly(
+          "shape", [](const protocol::ParamMeta& p) { return py::tuple(py::cast(p.shape)); })
+      .def("__eq__",
+           [](const protocol::ParamMeta& a, const protocol::ParamMeta& b) {
+             return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
+           })
+      .def("__repr__", [](const protocol::ParamMeta& p) {
+        return "ParamMeta(name=" + py::repr(py::str(p.name)).cast<std::string>() +
+               ", dtype=" + py::repr(torch_dtype(p.dtype)).cast<std::string>() +
+               ", shape=" + py::repr(py::tuple(py::cast(p.shape))).cast<std::string>() + ")";
+      });
+
+  py::class_<StreamIterator>(m, "_WeightStreamIterator")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &StreamIterator::next);
+
+  py::class_<WeightSource, PythonWeightSource, std::shared_ptr<WeightSource>>(
+      m, "WeightSource",
+      "What a trainer sends (vLLM's WeightSource). Subclass it and implement metadata() and\n"
+      "__iter__(); held_names() and iter_groups() are optional, as in vLLM. Tensors are\n"
+      "passed to the engines without a copy.")
+      .def(py::init<>())
+      .def("groups", &WeightSource::groups, py::call_guard<py::gil_scoped_release>(),
+           "This rank's layerwise groups, restricted to those holding a held name.")
+      .def("held_names",
+           [](WeightSource& self) -> py::object {
+             auto held = self.held_names();
+             if (!held) return py::none();
+             return py::set(py::cast(*held));
+           })
+      .def("iter_groups", [](WeightSource& self) {
+        std::unique_ptr<GroupStream> stream;
+        {
+          py::gil_scoped_release release;
+          stream = self.iter_groups();
+        }
+        py::list groups;
+        while (true) {
+          std::optional<WeightGroup> group;
+          {
+            py::gil_scoped_release release;
+            group = stream->next();
+          }
+          if (!group) break;
+          py::list tensors;
+          for (const auto& t : group->tensors)
+            tensors.append(t.defined() ? py::cast(t) : py::none());
+          groups.append(py::make_tuple(py::cast(group->names), tensors));
+        }
+        return py::iter(groups);
+      });
+
+  py::class_<trainer_sdk::TensorListSource, WeightSource,
+             std::shared_ptr<trainer_sdk::TensorListSource>>(
+      m, "TensorListSource",
+      "A WeightSource over named tensors, iterated in the given order without a copy.\n"
+      "TensorListSource([(name, tensor), ...]) holds every parameter;\n"
+      "TensorListSource(metadata, {name: tensor}) is a rank holding part of the model.")
+      .def(py::init([](const py::iterable& metadata, const py::dict& held) {
+             auto meta = metadata_list(metadata, "TensorListSource metadata");
+             std::map<std::string, at::Tensor> tensors;
+             for (auto [name, tensor] : held) {
+               const auto key = py::cast<std::string>(name);
+               tensors[key] = tensor_argument(tensor, "TensorListSource tensor '" + key + "'");
+             }
+             return std::make_shared<trainer_sdk::TensorListSource>(std::move(meta),
+                                                                    std::move(tensors));
+           }),
+           py::arg("metadata"), py::arg("held"))
+      .def(py::init([](const py::iterable& pairs) {
+             std::vector<std::pair<std::string, at::Tensor>> tensors;
+             for (py::handle pair : pairs) {
+               if (!py::isinstance<py::tuple>(pair) || py::len(pair) != 2 ||
+                   !py::isinstance<py::str>(pair[py::int_(0)])) {
+                 throw py::type_error("TensorListSource takes (name: str, tensor) pairs, got " +
+                                      py::repr(pair).cast<std::string>());
+               }
+               const auto name = pair[py::int_(0)].cast<std::string>();
+               tensors.emplace_back(
+                   name,
+                   tensor_argument(pair[py::int_(1)], "TensorListSource tensor '" + name + "'"));
+             }
+             return std::make_shared<trainer_sdk::TensorListSource>(std::move(tensors));
+           }),
+           py::arg("tensors"))
+      .def("metadata", &trainer_sdk::TensorListSource::metadata)
+      .def("__iter__",
+           [](trainer_sdk::TensorListSource& self) { return StreamIterator(self.iter()); });
+
+  m.def("layerwise_groups", &protocol::layerwise_groups, py::arg("names"),
+        "vLLM's layerwise_groups: one group before the first decoder layer, one per layer, one "
+        "after.");
+
+  using trainer_sdk::SharedWeightArena;
+  py::class_<SharedWeightArena, std::shared_ptr<SharedWeightArena>>(
+      m, "SharedWeightArena",
+      "A trainer's weights in one POSIX shared-memory segment, read in place by shm workers on\n"
+      "this host. Allocate parameters here (allocate, copy_in, or SharedWeightArena.from_module)\n"
+      "and train them in place.")
+      .def(py::init<std::size_t>(), py::arg("capacity_bytes"))
+      .def_static(
+          "bytes_for",
+          [](const py::iterable& metadata) {
+            return SharedWeightArena::bytes_for(metadata_list(metadata, "bytes_for metadata"));
+          },
+          py::arg("metadata"), "The room these parameters need, alignment included.")
+      .def(
+          "allocate",
+          [](SharedWeightArena& self, const std::string& name, const py::handle& shape,
+             const py::handle& dtype) {
+            const auto sizes = shape_argument(shape);
+            return self.allocate(name, sizes,
+                                 transport::to_scalar_type(wire_dtype(dtype, "allocate dtype")));
+          },
+          py::arg("name"), py::arg("shape"), py::arg("dtype"),
+          "An uninitialized tensor in the arena, registered under `name`.")
+      .def(
+          "copy_in",
+          [](SharedWeightArena& self, const std::string& name, const py::handle& tensor) {
+            return self.copy_in(name, tensor_argument(tensor, "copy_in tensor"));
+          },
+          py::arg("name"), py::arg("tensor"), "allocate, then copy `tensor` in.")
+      .def(
+          "holds",
+          [](const SharedWeightArena& self, const std::string& name, const py::handle& tensor) {
+            return self.holds(name, tensor_argument(tensor, "holds tensor"));
+          },
+          py::arg("name"), py::arg("tensor"))
+      .def("__contains__", [](const SharedWeightArena& self,
+                              const std::string& name) { return self.find(name) != nullptr; })
+      .def_property_readonly("name", &SharedWeightArena::name)
+      .def_property_readonly("capacity", &SharedWeightArena::capacity)
+      .def_property_readonly("used", &SharedWeightArena::used);
+}
+
+}  // namespace hotswap::python

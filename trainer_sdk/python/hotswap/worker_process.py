@@ -1,0 +1,72 @@
+"""WorkerProcess: a hotswap-worker started from Python on loopback, for examples, tests and
+single-host jobs. The worker dies with the process that started it (PR_SET_PDEATHSIG), and
+leaving the `with` block stops it, on every exit path."""
+
+import ctypes
+import signal
+import subprocess
+import threading
+
+
+def _die_with_parent():
+    # Runs in the child between fork and exec: SIGTERM it when the parent dies, so a trainer
+    # killed with SIGKILL leaves no worker behind.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class WorkerProcess:
+    """Starts `binary --model MODEL --control tcp://127.0.0.1:*` with the given backend and
+    extra arguments, and waits (at most `timeout` seconds) for its ready line, which names the
+    control endpoint it bound.
+
+        with WorkerProcess("hotswap-worker", "/ckpt", backend="shm") as worker:
+            client = hotswap.ZmqWeightSyncClient(worker.endpoint)
+    """
+
+    def __init__(self, binary, model, backend, *extra_args, timeout=60.0):
+        self.binary = binary
+        self.args = [binary, "--model", str(model), "--control", "tcp://127.0.0.1:*",
+                     "--weight-transfer-config", f'{{"backend": "{backend}"}}', *extra_args]
+        self.timeout = timeout
+        self.endpoint = None
+        self.process = None
+        self.log = []
+
+    def start(self):
+        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True,
+                                        preexec_fn=_die_with_parent)
+        ready = threading.Event()
+
+        def read():
+            for line in self.process.stdout:
+                self.log.append(line.rstrip("\n"))
+                if "ready: control " in line and not ready.is_set():
+                    self.endpoint = line.split("control ", 1)[1].split(";", 1)[0]
+                    ready.set()
+            ready.set()  # the worker exited before it was ready
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(self.timeout) or self.endpoint is None:
+            self.stop()
+            raise RuntimeError(f"{self.binary} did not become ready within {self.timeout} s:\n"
+                               + "\n".join(self.log[-20:]))
+        return self
+
+    def stop(self):
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
