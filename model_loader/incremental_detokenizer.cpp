@@ -16,14 +16,34 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
                                                bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {
   const std::size_t context = std::min(prompt.size(), kPromptContext);
-  ids_.assign(prompt.end() - static_cast<std::ptrdiff_t>(context), prompt.end());
-  // A prompt that ends inside a character would make every later window decode differently
-  // from the context's own text: leave the incomplete tail out of the context.
-  while (!ids_.empty() &&
-         tokenizer_.decode(ids_, skip_special_tokens_).ends_with(kReplacementCharacter)) {
-    ids_.pop_back();
+  std::vector<std::int64_t> tail(prompt.end() - static_cast<std::ptrdiff_t>(context), prompt.end());
+  auto decodes = [&](std::size_t begin, std::size_t end) {
+    return tokenizer_.decode(
+        std::vector<std::int64_t>(tail.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  tail.begin() + static_cast<std::ptrdiff_t>(end)),
+        skip_special_tokens_);
+  };
+  // The window starts on a character boundary, and the text handed out so far ends on one: the
+  // widest [begin, end) of the context whose decoding neither starts nor ends inside a
+  // character. A window that starts inside one decodes it as U+FFFD, and a byte-fallback decoder
+  // (SentencePiece) then turns the whole run of byte tokens around it into U+FFFDs for as long
+  // as the window starts there: nothing would ever be handed out. A prompt that ends inside a
+  // character keeps that character's start in the window after `end`, so that the first output
+  // ids complete it.
+  auto clean = [&](std::size_t begin, std::size_t end) {
+    const std::string text = decodes(begin, end);
+    return !text.starts_with(kReplacementCharacter) && !text.ends_with(kReplacementCharacter);
+  };
+  for (std::size_t end = tail.size(); end > 0; --end) {
+    for (std::size_t begin = 0; begin < end; ++begin) {
+      if (clean(begin, end)) {
+        ids_.assign(tail.begin() + static_cast<std::ptrdiff_t>(begin), tail.end());
+        read_offset_ = end - begin;
+        return;
+      }
+    }
   }
-  read_offset_ = ids_.size();
+  // No character boundary in the context (a run of continuation bytes): the output alone.
 }
 
 std::string IncrementalDetokenizer::push(std::int64_t id) {

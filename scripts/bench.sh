@@ -39,6 +39,14 @@ run "$bench/hotswap_numerics_bench" --json
 run "$bench/hotswap_many_senders_bench"
 run "$bench/hotswap_tokenizer_bench" --json
 run "$bench/hotswap_serving_bench" --json
+# The Python trainer SDK against the same push from C++, where the package was built.
+if compgen -G "$build/python/hotswap/_C*.so" >/dev/null; then
+  python=$(sed -n 's/^_\?Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" | head -1)
+  PYTHONPATH="$build/python" run "${python:-/usr/bin/python3}" "$root/bench/python_push_bench.py" \
+    "$build" --json
+else
+  echo "bench.sh: skipping python_push_bench (no hotswap Python package in $build)" >&2
+fi
 for g in hotswap_plan_bench hotswap_source_bench; do
   if [ -x "$bench/$g" ]; then
     echo "bench.sh: running $g ..." >&2

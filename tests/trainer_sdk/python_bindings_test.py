@@ -124,6 +124,33 @@ def types_and_values(tensors):
             return [1, 2]
 
     expect(TypeError, "held_names() must give names", lambda: BadHeld(tensors).groups())
+    # iter_groups: the default batches __iter__ by layerwise group, checking the order; an
+    # override is what the C++ side reads (through the base class's binding, as an engine would).
+    batches = list(source.iter_groups())
+    check([names for names, _ in batches] == source.groups(), "default iter_groups batches")
+    check(all(t.data_ptr() == tensors[n].data_ptr()
+              for names, ts in batches for n, t in zip(names, ts)), "iter_groups copied")
+
+    class Grouped(ListSource):
+        def iter_groups(self):
+            for group in self.groups():
+                yield group, [self.tensors[n] for n in group]
+
+    via_cpp = list(hotswap.WeightSource.iter_groups(Grouped(tensors)))
+    check([names for names, _ in via_cpp] == source.groups(), "overridden iter_groups from C++")
+
+    class Ragged(ListSource):
+        def iter_groups(self):
+            yield ["a", "b"], [torch.zeros(1)]
+
+    expect(ValueError, "yielded 2 names but 1 tensors",
+           lambda: list(hotswap.WeightSource.iter_groups(Ragged(tensors))))
+
+    class OutOfOrder(ListSource):
+        def __iter__(self):
+            yield from reversed(list(self.tensors.items()))
+
+    expect(RuntimeError, "", lambda: list(OutOfOrder(tensors).iter_groups()))
     # The ready sources pass tensors through without a copy.
     t = torch.arange(6.0)
     passed = next(iter(hotswap.TensorListSource([("t", t)])))[1]

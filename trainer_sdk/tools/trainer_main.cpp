@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
                  "every layer's experts, the rest replicated) or layers (pipeline stages); "
                  "default experts for a mixture of experts, else layers")
       ->check(CLI::IsMember({"experts", "layers"}));
-  app.add_option("--step-scale", step_scale, "size of each simulated step")->capture_default_str();
+  app.add_option("--step-scale", step_scale, "size of each simulated step (0: no step)")
+      ->capture_default_str();
   app.add_option("--seed", seed);
   app.add_flag("--packed,!--no-packed", packed, "pack tensors into chunks (gloo, nccl, ipc)");
   app.add_option("--buffer-size", buffer_size, "packed chunk size in bytes")->capture_default_str();
@@ -370,7 +371,9 @@ int main(int argc, char** argv) {
     for (int round = 1; round <= rounds; ++round) {
       std::string version = "round-" + std::to_string(round);
       std::uint64_t bytes = 0;
-      auto start = Clock::now();
+      // Set where the sync begins: the simulated step before it is the trainer's compute (it
+      // was once timed with the sync, which overstated a round by the step's cost).
+      Clock::time_point start;
       if (backend.starts_with("sparse_")) {
         // A deterministic sparse delta: a few elements of every tensor of two dimensions.
         std::vector<trainer_sdk::SparsePatch> patches;
@@ -391,9 +394,12 @@ int main(int argc, char** argv) {
           bytes += static_cast<std::uint64_t>(n * 4 + values.nbytes());
         }
         auto* sparse = dynamic_cast<trainer_sdk::SparseTrainerEngine*>(engine.get());
+        start = Clock::now();
         sparse->send_weights(patches, version);
       } else {
-        for (std::size_t i = 0; i < tensors.size(); ++i) {
+        // --step-scale 0 pushes the same weights every round, with no step at all (a bench's
+        // steady state: the step's writes would leave the next push a cold, dirtied model).
+        for (std::size_t i = 0; step_scale != 0 && i < tensors.size(); ++i) {
           auto& [name, t] = tensors[i];
           if (!at::isFloatingType(t.scalar_type())) continue;
           // Every rank draws a tensor's step from the same seed: replicas stay equal.
@@ -407,6 +413,7 @@ int main(int argc, char** argv) {
                       backend.c_str());
           std::fflush(stdout);
         }
+        start = Clock::now();
         engine->push({version, /*verify=*/false});
         bytes = model_bytes;
       }

@@ -3,8 +3,6 @@
 //
 // Every call releases the GIL while it waits on the workers: a trainer's other Python threads
 // (a data loader, a logger) keep running through a push.
-#include <chrono>
-
 #include "protocol/errors.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
 #include "trainer_sdk/python/bindings/conversions.hpp"
@@ -16,14 +14,6 @@ namespace {
 using trainer_sdk::FanOutClient;
 using trainer_sdk::WeightSyncClient;
 using trainer_sdk::ZmqWeightSyncClient;
-
-std::chrono::milliseconds milliseconds(double seconds, const char* what) {
-  if (!(seconds > 0)) {
-    throw protocol::ValueError(std::string(what) + " must be a positive number of seconds, got " +
-                               std::to_string(seconds));
-  }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
 
 // A Python client behind the C++ interface. Each call takes the GIL for itself, so the engine
 // may call it from a side thread while the push that drives it has released the GIL.
@@ -157,7 +147,7 @@ void bind_clients(py::module_& m) {
                                              fields.value("secret_key", "")};
              }
              return std::make_shared<ZmqWeightSyncClient>(
-                 std::move(endpoint), milliseconds(timeout, "timeout"), std::move(keys));
+                 std::move(endpoint), timeout_argument(timeout, "timeout"), std::move(keys));
            }),
            py::arg("endpoint"), py::arg("timeout") = 300.0, py::arg("curve") = py::none())
       .def(
@@ -187,7 +177,7 @@ void bind_clients(py::module_& m) {
              for (py::handle worker : workers) {
                if (py::isinstance<py::str>(worker)) {
                  clients.push_back(std::make_shared<ZmqWeightSyncClient>(
-                     worker.cast<std::string>(), milliseconds(timeout, "timeout")));
+                     worker.cast<std::string>(), timeout_argument(timeout, "timeout")));
                } else if (py::isinstance<ZmqWeightSyncClient>(worker)) {
                  clients.push_back(worker.cast<std::shared_ptr<ZmqWeightSyncClient>>());
                } else {

@@ -42,6 +42,14 @@ py::object torch_dtype(protocol::DType dtype) {
   return py::reinterpret_borrow<py::object>(object);
 }
 
+std::chrono::milliseconds timeout_argument(double seconds, const std::string& what) {
+  if (!(seconds > 0)) {
+    throw protocol::ValueError(what + " must be a positive number of seconds, got " +
+                               std::to_string(seconds));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
 at::Tensor tensor_argument(py::handle value, const std::string& what) {
   if (!THPVariable_Check(value.ptr())) {
     throw py::type_error(what + " must be a torch.Tensor, got " + type_name(value));

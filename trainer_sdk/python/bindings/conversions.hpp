@@ -10,6 +10,7 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
@@ -32,6 +33,10 @@ py::object from_json(const nlohmann::json& value);
 // torch.dtype <-> the wire dtype. `what` names the value in a TypeError or ValueError.
 protocol::DType wire_dtype(py::handle dtype, const std::string& what);
 py::object torch_dtype(protocol::DType dtype);
+
+// Seconds (Python's unit for every timeout) as the SDK's milliseconds; a ValueError naming
+// `what` unless positive.
+std::chrono::milliseconds timeout_argument(double seconds, const std::string& what);
 
 // A torch.Tensor argument, unwrapped without a copy; a TypeError naming `what` otherwise.
 at::Tensor tensor_argument(py::handle value, const std::string& what);

@@ -22,11 +22,7 @@ double seconds_of(milliseconds value) {
 }
 
 milliseconds timeout_of(double seconds) {
-  if (!(seconds > 0)) {
-    throw protocol::ValueError("timeout must be a positive number of seconds, got " +
-                               std::to_string(seconds));
-  }
-  return milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+  return timeout_argument(seconds, "timeout");
 }
 
 // `timeout` in seconds over a member in milliseconds.

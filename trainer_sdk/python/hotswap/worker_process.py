@@ -8,12 +8,16 @@ import subprocess
 import threading
 
 
+# Looked up here, in the parent: between fork and exec only the call itself runs (loading a
+# library in the child of a threaded trainer could deadlock on the loader's lock).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent():
     # Runs in the child between fork and exec: SIGTERM it when the parent dies, so a trainer
     # killed with SIGKILL leaves no worker behind.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 class WorkerProcess:

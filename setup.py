@@ -1,0 +1,48 @@
+"""Builds the `hotswap._C` extension with the project's own CMake (hotswap's libraries linked in
+statically, so the wheel needs nothing of this checkout) and packages it with the pure-Python
+half from trainer_sdk/python/hotswap. See pyproject.toml for the command."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        build = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
+                "-DHOTSWAP_BUILD_TESTS=OFF", "-DHOTSWAP_BUILD_BENCH=OFF"]
+        # The torch of this interpreter, where it has one (a pip torch with CUDA); else CMake
+        # takes Debian's libtorch-dev, whose python3-torch this interpreter must then see.
+        has_torch = subprocess.run([sys.executable, "-c", "import torch"],
+                                   capture_output=True).returncode == 0
+        if has_torch:
+            args.append(f"-DHOTSWAP_TORCH_PYTHON={sys.executable}")
+        subprocess.run(["cmake", "-S", ROOT, "-B", build, *args], check=True)
+        jobs = os.environ.get("HOTSWAP_JOBS", "2")
+        subprocess.run(["cmake", "--build", build, "--target", "hotswap_python", "-j", jobs],
+                       check=True)
+        built = glob.glob(os.path.join(build, "python", "hotswap", "_C*.so"))
+        if not built:
+            raise RuntimeError("CMake built no hotswap._C; its configure output says why "
+                               "(look for 'hotswap: Python package OFF')")
+        target = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(built[0], target)
+
+
+setup(
+    packages=["hotswap"],
+    package_dir={"hotswap": "trainer_sdk/python/hotswap"},
+    ext_modules=[Extension("hotswap._C", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+    # Out of the way of a CMake build in build/ (covered by .gitignore's /build*/).
+    options={"build": {"build_base": "build-pip"}},
+)
