@@ -56,11 +56,22 @@ std::string IncrementalDetokenizer::push(std::int64_t id) {
   };
   const std::string before = window(read_offset_);
   const std::string now = window(ids_.size());
-  // Text that ends in a replacement character waits for the bytes that complete it; a window
-  // whose decoding does not grow (a skipped special token) hands out nothing. Past that, as in
-  // vLLM, the new text is whatever the window's decoding has beyond the old one's length.
-  if (now.size() <= before.size() || now.ends_with(kReplacementCharacter)) return {};
-  std::string piece = now.substr(before.size());
+  // Text that ends in a replacement character waits for the bytes that complete it. Past that,
+  // as in vLLM, the new text is what the window's decoding has beyond the old one. The old one
+  // is normally a prefix of the new; where it is not (a byte-fallback run the output left
+  // invalid after a prompt that ended inside a character reads as U+FFFDs), the piece starts
+  // where the two part, moved back to a character boundary so that no UTF-8 sequence is cut.
+  // A window whose decoding does not grow (a skipped special token) hands out nothing.
+  if (now.ends_with(kReplacementCharacter)) return {};
+  std::size_t common = 0;
+  while (common < before.size() && common < now.size() && before[common] == now[common])
+    ++common;
+  while (common > 0 && common < now.size() &&
+         (static_cast<unsigned char>(now[common]) & 0xC0) == 0x80) {
+    --common;
+  }
+  if (common >= now.size()) return {};
+  std::string piece = now.substr(common);
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
   text_ += piece;

@@ -189,24 +189,27 @@ void ShmRing::wait_for_chunk(std::uint64_t sequence, std::size_t bytes,
   bool faulted = false, gone = false, abandoned = false;
   const bool arrived = wait_until(
       [&] {
-        abandoned = first.abandoned_below.load(std::memory_order_acquire) > sequence;
         // `filling` before `filled`: a count read after the chunk's number is its own.
         const bool streamed = h.filling.load(std::memory_order_acquire) == sequence &&
                               h.filled.load(std::memory_order_acquire) >= bytes;
         const bool published = h.published.load(std::memory_order_acquire) == sequence;
         faulted = segment.faulted();
+        if (faulted || streamed || published) return true;
         gone = producer_gone != nullptr && producer_gone->load();
-        return faulted || gone || abandoned || streamed || published;
+        // Only a chunk that is not there yet is given up on: one already published is read to
+        // the end and released, or its buffer would block the next round's writer.
+        abandoned = first.abandoned_below.load(std::memory_order_acquire) > sequence;
+        return gone || abandoned;
       },
       timeout);
-  if (abandoned && !faulted) {
-    throw protocol::TransferError("shm: the trainer abandoned the round before chunk " +
-                                  std::to_string(sequence) +
-                                  " (it failed on its side; its error says why)");
-  }
   if (faulted) {
     throw protocol::TransferError("shm: the buffer " + name +
                                   " no longer covers its control block (its trainer shrank it)");
+  }
+  if (abandoned && !gone) {
+    throw protocol::TransferError("shm: the trainer abandoned the round before chunk " +
+                                  std::to_string(sequence) +
+                                  " (it failed on its side; its error says why)");
   }
   if (gone) {
     throw protocol::TransferError("shm: the trainer (pid " + std::to_string(creator().pid) +

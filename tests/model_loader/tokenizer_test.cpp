@@ -142,6 +142,31 @@ BOOST_DATA_TEST_CASE(incremental_detokenizing_adds_up_to_the_whole_decoding,
   }
 }
 
+// A prompt that ends inside a character, then output that does not complete it: what comes out
+// is valid UTF-8 and ends with the output's own text (a byte-fallback run left invalid once
+// made the piece start inside a UTF-8 sequence).
+BOOST_DATA_TEST_CASE(output_that_leaves_a_prompt_s_last_character_unfinished_stays_valid_utf8,
+                     boost::unit_test::data::make(kConfigurations), name) {
+  Tokenizer tokenizer = Tokenizer::from_file(kGolden + name + "/tokenizer.json");
+  const auto text = tokenizer.encode("日本語", false);
+  std::vector<std::int64_t> prompt;
+  // The longest such prompt: whole characters, then the start of one (the window keeps both).
+  for (std::size_t k = text.size(); k > 0 && prompt.empty(); --k) {
+    std::vector<std::int64_t> head(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(k));
+    if (tokenizer.decode(head, true).ends_with("\xEF\xBF\xBD")) prompt = head;
+  }
+  if (prompt.empty()) return;  // whole characters only: no prompt ends inside one
+  const auto output = tokenizer.encode(" hello world", false);
+  model_loader::IncrementalDetokenizer detokenizer(tokenizer, prompt, true);
+  std::string pieces;
+  for (auto id : output) {
+    const std::string piece = detokenizer.push(id);
+    BOOST_CHECK_MESSAGE(model_loader::utf8_valid(piece), name << ": piece '" << piece << "'");
+    pieces += piece;
+  }
+  BOOST_CHECK_MESSAGE(pieces.ends_with("hello world"), name << ": got '" << pieces << "'");
+}
+
 BOOST_AUTO_TEST_CASE(byte_level_and_byte_fallback_round_trip_any_text) {
   // Lossless configurations give back every string, whatever its script.
   for (const char* name : {"gpt2", "llama3"}) {

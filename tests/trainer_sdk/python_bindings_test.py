@@ -97,6 +97,9 @@ def types_and_values(tensors):
            lambda: hotswap.ZmqWeightSyncClient("tcp://127.0.0.1:1", timeout=-1))
     expect(TypeError, "FanOutClient takes control endpoints",
            lambda: hotswap.FanOutClient([3]))
+    expect(TypeError, "got the one string", lambda: hotswap.FanOutClient("tcp://127.0.0.1:1"))
+    expect(ValueError, "up to a year",
+           lambda: hotswap.ZmqWeightSyncClient("tcp://127.0.0.1:1", timeout=float("inf")))
     arena = hotswap.SharedWeightArena(1 << 16)
     expect(TypeError, "shape must be a sequence of ints",
            lambda: arena.allocate("w", "four", torch.float32))
@@ -225,7 +228,25 @@ def against_a_worker(worker, model, tensors):
                .send_weights([("w", torch.zeros(1, dtype=torch.int32), torch.zeros(1), [1])]))
         engine = factory.trainer_init(info, client=client, source=ListSource(good))
         expect(TypeError, "weight_version must be a str", lambda: engine.push(weight_version=3))
+        expect(ValueError, "call push(weight_version=...)",
+               lambda: engine.send_weights(weight_version="v4"))
         engine.shutdown()
+
+        # shutdown() while a push runs on another thread is refused, not a use after free.
+        class Slow(ListSource):
+            def __iter__(self):
+                for item in super().__iter__():
+                    time.sleep(0.05)
+                    yield item
+
+        engine = factory.trainer_init(info, client=client, source=Slow(good))
+        pushing = threading.Thread(target=lambda: engine.push(weight_version="slow"))
+        pushing.start()
+        time.sleep(0.1)
+        expect(RuntimeError, "a push is running on another thread", engine.shutdown)
+        pushing.join()
+        engine.shutdown()
+        serves("slow")
 
         # The worker's errors come back as their kinds, with vLLM's messages.
         expect(RuntimeError, "start_weight_update must be called before update_weights.",
@@ -234,7 +255,15 @@ def against_a_worker(worker, model, tensors):
         silent = hotswap.ZmqWeightSyncClient(f"tcp://127.0.0.1:{free_port()}", timeout=0.3)
         expect(TimeoutError, "", silent.start_weight_update)
 
-        # The pure-Python client drives a C++ engine (its HotswapError keeps the worker's kind).
+        # The pure-Python client drives a C++ engine, and its HotswapError keeps the worker's
+        # kind on the way through: here a worker's ValueError (bad params) raised by start.
+        class BadStart(hotswap.HotswapWeightSyncClient):
+            def start_weight_update(self):
+                self.call("weight_checker", {"action": "nonsense"})
+
+        with factory.trainer_init(info, client=BadStart(w.endpoint, timeout=30),
+                                  source=ListSource(good)) as engine:
+            expect(ValueError, "client.start_weight_update() raised HotswapError", engine.push)
         py_client = hotswap.HotswapWeightSyncClient(w.endpoint, timeout=30)
         with factory.trainer_init(info, client=py_client, source=ListSource(good)) as engine:
             engine.push(weight_version="via-python-client", verify=True)

@@ -182,6 +182,25 @@ BOOST_AUTO_TEST_CASE(a_consumer_waiting_on_an_abandoned_round_fails_at_once) {
   BOOST_TEST(consumer.acquire_for_read(3, 4096, 50ms)[4095] == 5);
 }
 
+BOOST_AUTO_TEST_CASE(a_chunk_published_before_its_round_was_abandoned_is_still_read_and_released) {
+  auto producer =
+      transport::ShmRing::create({unique_name("kept-0"), unique_name("kept-1")}, 4096, 1);
+  auto consumer = transport::ShmRing::open({unique_name("kept-0"), unique_name("kept-1")});
+  std::memset(producer.acquire_for_write(1, 50ms), 9, 4096);
+  producer.publish(1);
+  BOOST_TEST(consumer.acquire_for_read(1, 1024, 50ms)[1023] == 9);  // partly read
+  producer.acquire_for_write(2, 50ms);
+  producer.advance(2, 100);
+  producer.abandon_below(3);  // the source failed while chunk 2 was being written
+  // Chunk 1 is there: the worker reads it to the end and releases it (it once failed on its
+  // next piece and never released it, and the next round's writer timed out on that buffer).
+  BOOST_TEST(consumer.acquire_for_read(1, 4096, 50ms)[4095] == 9);
+  consumer.release(1);
+  HOTSWAP_CHECK_THROW_MSG(consumer.acquire_for_read(2, 4096, 50ms), protocol::TransferError,
+                          "abandoned");
+  producer.acquire_for_write(3, 50ms);  // chunk 1's buffer, free again
+}
+
 namespace {
 
 // Buffers with room for a 512 KiB window: two pieces of it.

@@ -173,6 +173,10 @@ void bind_clients(py::module_& m) {
       "Many workers (data-parallel replicas) as one client: each call reaches all of them at\n"
       "once and raises the first failure, prefixed with the worker it came from.")
       .def(py::init([](const py::iterable& workers, double timeout) {
+             if (py::isinstance<py::str>(workers)) {
+               throw py::type_error("FanOutClient takes a list of endpoints, got the one string " +
+                                    py::repr(workers).cast<std::string>());
+             }
              std::vector<std::shared_ptr<ZmqWeightSyncClient>> clients;
              for (py::handle worker : workers) {
                if (py::isinstance<py::str>(worker)) {

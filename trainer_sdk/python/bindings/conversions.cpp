@@ -43,8 +43,9 @@ py::object torch_dtype(protocol::DType dtype) {
 }
 
 std::chrono::milliseconds timeout_argument(double seconds, const std::string& what) {
-  if (!(seconds > 0)) {
-    throw protocol::ValueError(what + " must be a positive number of seconds, got " +
+  // At most a year: beyond, the milliseconds would overflow (and infinity has no integer).
+  if (!(seconds > 0) || !(seconds <= 365.0 * 24 * 3600)) {
+    throw protocol::ValueError(what + " must be a positive number of seconds up to a year, got " +
                                std::to_string(seconds));
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
@@ -84,14 +85,17 @@ void rethrow_python_error(py::error_already_set& error, const std::string& conte
   const std::string message = context + " raised " +
                               py::str(error.type().attr("__name__")).cast<std::string>() + ": " +
                               py::str(error.value()).cast<std::string>();
-  // hotswap.HotswapError (the pure-Python client's) carries the worker's error kind by name.
-  std::string kind;
-  if (py::hasattr(error.value(), "kind") && py::isinstance<py::str>(error.value().attr("kind"))) {
-    kind = error.value().attr("kind").cast<std::string>();
+  // hotswap.HotswapError (the pure-Python client's) carries the worker's JSON-RPC code and
+  // error type: the kind they stand for, exactly as the C++ client reads a reply.
+  py::object value = error.value();
+  if (py::hasattr(value, "kind") && py::hasattr(value, "code") &&
+      py::isinstance<py::str>(value.attr("kind")) && py::isinstance<py::int_>(value.attr("code"))) {
+    protocol::throw_error(protocol::error_kind_from_reply(value.attr("code").cast<int>(),
+                                                          value.attr("kind").cast<std::string>()),
+                          message);
   }
-  if (kind == "ValueError") throw protocol::ValueError(message);
-  if (kind == "TimeoutError") throw protocol::TimeoutError(message);
-  if (kind == "TransferError") throw protocol::TransferError(message);
+  // Python's own: bad input (ValueError, TypeError: hotswap has no TypeError kind) is a
+  // ValueError, a wait that ran out a TimeoutError, and everything else a RuntimeError.
   if (error.matches(PyExc_ValueError) || error.matches(PyExc_TypeError)) {
     throw protocol::ValueError(message);
   }
@@ -108,7 +112,9 @@ void register_exceptions(py::module_& module) {
   transfer_error.doc() =
       "A data plane failed mid-transfer (hotswap's TransferError, JSON-RPC code -32001).";
   transfer_error_type = transfer_error.ptr();
-  py::register_exception_translator([](std::exception_ptr thrown) {
+  // Local to this module: a global translator would also catch the c10::Errors of torch's own
+  // bindings and turn their IndexErrors and TypeErrors into RuntimeErrors.
+  py::register_local_exception_translator([](std::exception_ptr thrown) {
     try {
       if (thrown) std::rethrow_exception(thrown);
     } catch (const protocol::Error& e) {

@@ -45,9 +45,10 @@ at::Tensor tensor_argument(py::handle value, const std::string& what);
 protocol::ParamMeta param_meta_from(py::handle value, const std::string& what);
 
 // Runs while a C++ engine called back into Python and Python raised: rethrows it as the
-// protocol error of the same kind (ValueError, TimeoutError, TransferError; anything else as
-// RuntimeError), message kept, so that it crosses C++ frames and threads as a plain C++
-// exception and comes back out as its own kind. Needs the GIL.
+// protocol error of its kind (a HotswapError's worker kind; ValueError and TypeError as
+// ValueError, TimeoutError, TransferError; anything else as RuntimeError), message kept and
+// prefixed with `context`, so that it crosses C++ frames and threads as a plain C++ exception
+// and reaches the trainer as a Python exception of that kind. Needs the GIL.
 [[noreturn]] void rethrow_python_error(py::error_already_set& error, const std::string& context);
 
 // Registers hotswap.TransferError and the translation of protocol errors (and libtorch's) into

@@ -5,6 +5,8 @@
 // source, a Python client): the C++ side holds them only through shared_ptrs to their C++
 // halves, which stop dispatching to Python once the Python object is gone. Every transfer runs
 // with the GIL released; a Python source or client takes it back for each call.
+#include <atomic>
+
 #include "protocol/errors.hpp"
 #include "trainer_sdk/python/bindings/conversions.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
@@ -44,8 +46,27 @@ class PythonEngine {
     return *engine_;
   }
 
+  // Marks a call that runs with the GIL released, for as long as it lives (taken under the
+  // GIL, so shutdown() from another thread sees it).
+  class Call {
+   public:
+    explicit Call(PythonEngine& engine) : engine_(engine) { ++engine_.calls_; }
+    ~Call() { --engine_.calls_; }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    PythonEngine& engine_;
+  };
+  Call call() { return Call(*this); }
+
   void shutdown() {
     if (!engine_) return;
+    if (calls_ > 0) {
+      throw protocol::RuntimeError(
+          "TrainerWeightTransferEngine.shutdown(): a push is running on another thread; shut "
+          "down once it has returned");
+    }
     py::gil_scoped_release release;
     engine_->shutdown();
     engine_.reset();
@@ -56,6 +77,7 @@ class PythonEngine {
 
  private:
   std::unique_ptr<TrainerWeightTransferEngine> engine_;
+  std::atomic<int> calls_{0};
   std::string backend_;
   py::object client_;
   py::object source_;
@@ -125,6 +147,12 @@ void bind_engines(py::module_& m) {
           "send_weights",
           [](PythonEngine& self, const py::object& patches, const py::object& weight_version) {
             auto& engine = self.open("send_weights");
+            if (patches.is_none() && !weight_version.is_none()) {
+              throw protocol::ValueError(
+                  "send_weights(weight_version=...) is for a round of sparse patches; to commit a "
+                  "version with the whole source, call push(weight_version=...)");
+            }
+            auto running = self.call();
             if (patches.is_none()) {
               py::gil_scoped_release release;
               engine.send_weights();
@@ -152,6 +180,7 @@ void bind_engines(py::module_& m) {
           [](PythonEngine& self, const py::object& weight_version, bool verify) {
             auto& engine = self.open("push");
             trainer_sdk::SendOptions options{version_argument(weight_version), verify};
+            auto running = self.call();
             py::gil_scoped_release release;
             engine.push(options);
           },
