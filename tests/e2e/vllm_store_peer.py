@@ -18,6 +18,7 @@ import ctypes
 import datetime
 import pickle
 import sys
+import time
 import types
 
 from torch.distributed import TCPStore
@@ -47,6 +48,7 @@ def vllm_host(port):
     group.broadcast_obj(uid, src=0)
     print("id " + bytes(b & 0xFF for b in uid.internal).hex(), flush=True)
     group.store.wait(["hotswap_done"])
+    linger_for_the_setter()
 
 
 def main():
@@ -66,6 +68,14 @@ def main():
         assert type(uid) is ncclUniqueId
     print("id " + bytes(b & 0xFF for b in uid.internal).hex(), flush=True)
     store.wait(["hotswap_done"])
+    linger_for_the_setter()
+
+
+def linger_for_the_setter():
+    # The C++ side confirms its set with a check on the same connection. A host that exits the
+    # moment the key lands closes that connection first, and the check fails with a broken pipe
+    # (seen twice under the full suite on 2 cores): stay up a moment longer.
+    time.sleep(1.0)
 
 
 if __name__ == "__main__":
