@@ -15,7 +15,6 @@ Usage: PYTHONPATH=build/python python3 bench/python_push_bench.py BUILD_DIR [--r
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,12 +22,6 @@ import tempfile
 import time
 
 import hotswap
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PythonSource(hotswap.WeightSource):
@@ -55,7 +48,7 @@ def init_info(backend):
     if backend == "shm":
         return hotswap.ShmTrainerInitInfo(1, rank=0, timeout=300,
                                           packed_buffer_size_bytes=BUFFER_BYTES["shm"])
-    return hotswap.GlooTrainerInitInfo("127.0.0.1", free_port(), world_size=2, rank=0,
+    return hotswap.GlooTrainerInitInfo("127.0.0.1", hotswap.free_port(), world_size=2, rank=0,
                                        timeout=300, packed_buffer_size_bytes=BUFFER_BYTES["gloo"])
 
 

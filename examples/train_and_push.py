@@ -19,7 +19,7 @@ import argparse
 import json
 import math
 import os
-import socket
+import subprocess
 import tempfile
 import time
 
@@ -147,12 +147,6 @@ def load_model(directory):
     return model
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def greedy_tokens(client, prompt, max_tokens):
     reply = client.call("generate", {"prompt_token_ids": prompt, "max_tokens": max_tokens,
                                      "temperature": 0, "ignore_eos": True})
@@ -174,7 +168,6 @@ def main():
         directory = args.model
         if directory is None:
             directory = os.path.join(tmp, "model")
-            import subprocess
             subprocess.run([args.make_model, "--arch", "llama", "--layers", "2",
                             "--hidden-size", "64", "--intermediate-size", "128", "--heads", "4",
                             "--kv-heads", "2", "--vocab", "128", "--seed", "7", "--out",
@@ -193,7 +186,7 @@ def main():
             shm_client = hotswap.ZmqWeightSyncClient(shm_worker.endpoint, timeout=60)
             gloo_client = hotswap.ZmqWeightSyncClient(gloo_worker.endpoint, timeout=60)
             shm_info = hotswap.ShmTrainerInitInfo(num_workers=1, rank=0, arena=arena, timeout=60)
-            gloo_info = hotswap.GlooTrainerInitInfo("127.0.0.1", free_port(), world_size=2,
+            gloo_info = hotswap.GlooTrainerInitInfo("127.0.0.1", hotswap.free_port(), world_size=2,
                                                     rank=0, timeout=60)
             factory = hotswap.WeightTransferTrainerFactory
             with factory.trainer_init(shm_info, client=shm_client, source=model) as shm, \

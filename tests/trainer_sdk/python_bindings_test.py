@@ -7,7 +7,6 @@ Usage: python_bindings_test.py WORKER MAKE_MODEL  (with the built package on PYT
 """
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,12 +39,6 @@ def expect(kind, fragment, call):
 def check(condition, message):
     if not condition:
         FAILURES.append(message)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ListSource(hotswap.WeightSource):
@@ -252,7 +245,8 @@ def against_a_worker(worker, model, tensors):
         expect(RuntimeError, "start_weight_update must be called before update_weights.",
                lambda: client.update_weights({"names": []}))
         expect(ValueError, "", lambda: client.call("weight_checker", {"action": "nonsense"}))
-        silent = hotswap.ZmqWeightSyncClient(f"tcp://127.0.0.1:{free_port()}", timeout=0.3)
+        silent = hotswap.ZmqWeightSyncClient(f"tcp://127.0.0.1:{hotswap.free_port()}",
+                                             timeout=0.3)
         expect(TimeoutError, "", silent.start_weight_update)
 
         # The pure-Python client drives a C++ engine, and its HotswapError keeps the worker's

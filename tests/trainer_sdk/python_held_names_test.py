@@ -9,7 +9,6 @@ Usage: python_held_names_test.py WORKER MAKE_MODEL        (the test: starts ever
 
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,12 +75,6 @@ def trainer_rank(rank, endpoint, port, model):
           "parameters it holds")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(worker, make):
     tmp = tempfile.mkdtemp(prefix="hotswap-held-")
     model = os.path.join(tmp, "model")
@@ -89,7 +82,7 @@ def main(worker, make):
                     "--intermediate-size", "96", "--heads", "4", "--kv-heads", "2", "--vocab",
                     "128", "--seed", "5", "--out", model], check=True, stdout=subprocess.DEVNULL)
     with hotswap.WorkerProcess(worker, model, "gloo") as w:
-        port = free_port()
+        port = hotswap.free_port()
         ranks = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), w.endpoint,
                                    str(port), model]) for r in (0, 1)]
         try:

@@ -45,16 +45,25 @@ at::Tensor yielded_tensor(py::handle value, const std::string& name, const char*
   return tensor_argument(value, std::string(where) + " yielded '" + name + "' whose tensor");
 }
 
-// Advances a Python iterator: the next item, or nullopt at its end. A Python exception raised by
-// the iterator comes out as the protocol error of its kind.
-std::optional<py::object> advance(const py::object& iterator, const char* where) {
+// Advances a Python iterator that yields pairs: the next pair, or nullopt at its end. A Python
+// exception raised by the iterator comes out as the protocol error of its kind; anything but a
+// pair is a TypeError saying what `where` must yield.
+std::optional<py::tuple> next_pair(const py::object& iterator, const char* where,
+                                   const char* pair) {
   PyObject* item = PyIter_Next(iterator.ptr());
-  if (item != nullptr) return py::reinterpret_steal<py::object>(item);
-  if (PyErr_Occurred() != nullptr) {
-    py::error_already_set error;
-    rethrow_python_error(error, where);
+  if (item == nullptr) {
+    if (PyErr_Occurred() != nullptr) {
+      py::error_already_set error;
+      rethrow_python_error(error, where);
+    }
+    return std::nullopt;
   }
-  return std::nullopt;
+  auto object = py::reinterpret_steal<py::object>(item);
+  if (!py::isinstance<py::tuple>(object) || py::len(object) != 2) {
+    throw py::type_error(std::string(where) + " must yield " + pair + " pairs, got " +
+                         py::repr(object).cast<std::string>());
+  }
+  return py::reinterpret_borrow<py::tuple>(object);
 }
 
 class PythonWeightStream final : public WeightStream {
@@ -64,16 +73,15 @@ class PythonWeightStream final : public WeightStream {
   std::optional<NamedWeight> next() override {
     static constexpr const char* kWhere = "WeightSource.__iter__()";
     py::gil_scoped_acquire gil;
-    auto item = advance(iterator_.get(), kWhere);
+    auto item = next_pair(iterator_.get(), kWhere, "(name: str, tensor)");
     if (!item) return std::nullopt;
-    if (!py::isinstance<py::tuple>(*item) || py::len(*item) != 2 ||
-        !py::isinstance<py::str>((*item)[py::int_(0)])) {
+    if (!py::isinstance<py::str>((*item)[0])) {
       throw py::type_error(std::string(kWhere) + " must yield (name: str, tensor) pairs, got " +
                            py::repr(*item).cast<std::string>());
     }
     NamedWeight weight;
-    weight.name = (*item)[py::int_(0)].cast<std::string>();
-    weight.tensor = yielded_tensor((*item)[py::int_(1)], weight.name, kWhere);
+    weight.name = (*item)[0].cast<std::string>();
+    weight.tensor = yielded_tensor((*item)[1], weight.name, kWhere);
     return weight;
   }
 
@@ -88,15 +96,11 @@ class PythonGroupStream final : public GroupStream {
   std::optional<WeightGroup> next() override {
     static constexpr const char* kWhere = "WeightSource.iter_groups()";
     py::gil_scoped_acquire gil;
-    auto item = advance(iterator_.get(), kWhere);
+    auto item = next_pair(iterator_.get(), kWhere, "(names, tensors)");
     if (!item) return std::nullopt;
-    if (!py::isinstance<py::tuple>(*item) || py::len(*item) != 2) {
-      throw py::type_error(std::string(kWhere) + " must yield (names, tensors) pairs, got " +
-                           py::repr(*item).cast<std::string>());
-    }
     WeightGroup group;
-    group.names = (*item)[py::int_(0)].cast<std::vector<std::string>>();
-    auto tensors = py::reinterpret_borrow<py::sequence>((*item)[py::int_(1)]);
+    group.names = (*item)[0].cast<std::vector<std::string>>();
+    auto tensors = py::reinterpret_borrow<py::sequence>((*item)[1]);
     if (tensors.size() != group.names.size()) {
       throw protocol::ValueError(std::string(kWhere) + " yielded " +
                                  std::to_string(group.names.size()) + " names but " +

@@ -61,4 +61,4 @@ except ImportError as _error:  # the client alone: a build without the extension
                           f"{_TRAINER_SDK_IMPORT_ERROR}") from _TRAINER_SDK_IMPORT_ERROR
 
 from .client import CONTROL_METHODS, HotswapError, HotswapWeightSyncClient  # noqa: F401,E402
-from .worker_process import WorkerProcess  # noqa: F401,E402
+from .worker_process import WorkerProcess, free_port  # noqa: F401,E402

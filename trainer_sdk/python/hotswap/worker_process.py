@@ -4,6 +4,7 @@ leaving the `with` block stops it, on every exit path."""
 
 import ctypes
 import signal
+import socket
 import subprocess
 import threading
 
@@ -12,6 +13,13 @@ import threading
 # library in the child of a threaded trainer could deadlock on the loader's lock).
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 _PR_SET_PDEATHSIG = 1
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port free on `host` right now: for a gloo or nccl rendezvous (master_port)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def _die_with_parent():
