@@ -103,6 +103,12 @@ def types_and_values(tensors):
     meta_model = torch.nn.Linear(2, 2, device="meta")
     expect(ValueError, "a SharedWeightArena holds CPU tensors",
            lambda: hotswap.SharedWeightArena.from_module(meta_model))
+    # load_checkpoint reads with hotswap's own safetensors reader: bad input is a ValueError.
+    with tempfile.TemporaryDirectory() as empty:
+        expect(ValueError, "", lambda: hotswap.load_checkpoint(empty))
+        with open(os.path.join(empty, "model.safetensors"), "wb") as f:
+            f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+        expect(ValueError, "", lambda: hotswap.load_checkpoint(empty))
 
     # The Python source protocol: what the C++ side reads back.
     source = ListSource(tensors)
@@ -202,6 +208,11 @@ def against_a_worker(worker, model, tensors):
         expect(ValueError, "WeightSource.__iter__() raised ValueError: bad shard",
                lambda: engine.push())
         engine.shutdown()
+        for kind in (TimeoutError, hotswap.TransferError):
+            raising = ListSource(good, raise_in_iter=kind("stalled"))
+            engine = factory.trainer_init(info, client=client, source=raising)
+            expect(kind, f"raised {kind.__name__}: stalled", lambda: engine.push())
+            engine.shutdown()
         raising = ListSource(good, raise_in_iter=KeyError("gone"))
         engine = factory.trainer_init(info, client=client, source=raising)
         expect(RuntimeError, "WeightSource.__iter__() raised KeyError", lambda: engine.push())

@@ -6,6 +6,7 @@
 // takes the GIL for itself, and every Python object a C++ stream holds is dropped under it.
 #include <vector>
 
+#include "model_loader/checkpoint.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/layerwise_groups.hpp"
 #include "trainer_sdk/python/bindings/conversions.hpp"
@@ -326,6 +327,29 @@ void bind_weight_sources(py::module_& m) {
       .def("metadata", &trainer_sdk::TensorListSource::metadata)
       .def("__iter__",
            [](trainer_sdk::TensorListSource& self) { return StreamIterator(self.iter()); });
+
+  m.def(
+      "load_checkpoint",
+      [](const std::string& directory) {
+        // hotswap's own safetensors reader (the one the worker loads with, fuzzed), sharded
+        // checkpoints included; each tensor copied out of the read-only mapping so that a
+        // trainer owns and may train it.
+        std::vector<std::pair<std::string, at::Tensor>> tensors;
+        {
+          py::gil_scoped_release release;
+          auto checkpoint = model_loader::Checkpoint::open(directory);
+          for (const auto& name : checkpoint.names()) {
+            tensors.emplace_back(name, checkpoint.tensor(name).clone());
+          }
+        }
+        py::dict out;
+        for (auto& [name, tensor] : tensors)
+          out[py::str(name)] = py::cast(std::move(tensor));
+        return out;
+      },
+      py::arg("directory"),
+      "{name: tensor} of a Hugging Face safetensors checkpoint directory, in file then data "
+      "order; a ValueError naming what is wrong with a malformed one.");
 
   m.def("layerwise_groups", &protocol::layerwise_groups, py::arg("names"),
         "vLLM's layerwise_groups: one group before the first decoder layer, one per layer, one "

@@ -45,8 +45,8 @@ try:
         WeightTransferTrainerFactory,
         ZmqWeightSyncClient,
         layerwise_groups,
+        load_checkpoint,
     )
-    from .checkpoint import load_checkpoint  # noqa: F401
     from .module_source import ModuleSource, arena_from_module  # noqa: F401
 
     SharedWeightArena.from_module = staticmethod(arena_from_module)
