@@ -1,8 +1,8 @@
 #include "worker/completion_service.hpp"
 
 #include <algorithm>
-#include <iostream>
 #include <random>
+#include "worker/log_line.hpp"
 
 #include "model_loader/incremental_detokenizer.hpp"
 
@@ -438,7 +438,7 @@ std::shared_ptr<CompletionRun> CompletionService::start(const json& params) {
     std::string names;
     for (const auto& f : p.ignored_fields)
       names += (names.empty() ? "'" : ", '") + f + "'";
-    std::cerr << "hotswap-worker: warning: The following fields were present in the request but "
+    LogLine{} << "hotswap-worker: warning: The following fields were present in the request but "
                  "ignored: {"
               << names << "}\n";
   }

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <set>
+#include "worker/log_line.hpp"
 
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
@@ -64,7 +64,7 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
     socket_.set(zmq::sockopt::curve_server, 1);
     socket_.set(zmq::sockopt::curve_secretkey, secret);
   } else if (!is_loopback(options.control)) {
-    std::cerr << "hotswap-worker: warning: the control socket " << options.control
+    LogLine{} << "hotswap-worker: warning: the control socket " << options.control
               << " is reachable beyond this host without CURVE authentication; anyone who can "
                  "connect can replace the weights (see --curve-secret-key-file)\n";
   }
@@ -167,7 +167,7 @@ std::string ControlServer::run_call(const protocol::RpcRequest& request) {
   if (debug_ || (warn_ && outcome != "ok")) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::cerr << "hotswap-worker: " << request.method << " " << ms << " ms " << outcome << "\n";
+    LogLine{} << "hotswap-worker: " << request.method << " " << ms << " ms " << outcome;
   }
   return body;
 }
@@ -189,7 +189,7 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
               std::rethrow_exception(error);
             } catch (const std::exception& e) {
               out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
-              if (warn_) std::cerr << "hotswap-worker: generate error: " << e.what() << "\n";
+              if (warn_) LogLine{} << "hotswap-worker: generate error: " << e.what();
             }
           } else {
             out.body = protocol::reply_frame(protocol::make_result(id, std::move(result)), id_text);
@@ -199,7 +199,7 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
   } catch (const std::exception& e) {
     // Refused at once (bad params, dirty model, full queue): nothing was queued.
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
-    if (warn_) std::cerr << "hotswap-worker: generate error: " << e.what() << "\n";
+    if (warn_) LogLine{} << "hotswap-worker: generate error: " << e.what();
     return;
   }
   // The completion may already be queued; flush, on this same thread, forgets the ticket after
@@ -217,7 +217,7 @@ void ControlServer::start_completion(const protocol::RpcRequest& request, Reply 
     run = service_.start_whole_completion(request.params);
   } catch (const std::exception& e) {
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
-    if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";
+    if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
     return;
   }
   const auto ticket = run->first_ticket();
@@ -234,7 +234,7 @@ void ControlServer::start_completion(const protocol::RpcRequest& request, Reply 
             protocol::make_result(id, nlohmann::json::parse(run->response().dump())), id_text);
       } catch (const std::exception& e) {
         out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
-        if (warn_) std::cerr << "hotswap-worker: completions error: " << e.what() << "\n";
+        if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
       }
       complete(std::move(out));
     };
@@ -258,7 +258,7 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
   } catch (const protocol::RpcRequestError& e) {
     reply.body = protocol::reply_frame(protocol::make_error(e.id(), e), e.id_text());
     send(std::move(reply));
-    if (warn_) std::cerr << "hotswap-worker: refused a request: " << e.what() << "\n";
+    if (warn_) LogLine{} << "hotswap-worker: refused a request: " << e.what();
     return;
   }
   body.clear();
@@ -345,7 +345,7 @@ void ControlServer::run(const EventFd& stop) {
         try {
           handle(std::move(frames));
         } catch (const std::exception& e) {
-          std::cerr << "hotswap-worker: could not answer a request: " << e.what() << "\n";
+          LogLine{} << "hotswap-worker: could not answer a request: " << e.what();
         }
       }
     }

@@ -5,9 +5,9 @@
 #include <sys/socket.h>
 
 #include <cctype>
-#include <iostream>
 #include <optional>
 #include <sstream>
+#include "worker/log_line.hpp"
 
 #include "protocol/bounded_json.hpp"
 #include "protocol/control_methods.hpp"
@@ -208,7 +208,7 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
   const int port = options.http_port;
   const std::string api_key = options.api_key;
   if (!is_loopback_host(host) && api_key.empty()) {
-    std::cerr << "hotswap-worker: warning: the HTTP routes on " << host << ":" << port
+    LogLine{} << "hotswap-worker: warning: the HTTP routes on " << host << ":" << port
               << " are reachable beyond this host without an API key; anyone who can connect "
                  "can replace or read the weights (see --api-key)\n";
   }
@@ -367,27 +367,27 @@ std::string render_metrics(const WorkerService& service) {
          "# TYPE vllm:rl_weight_update_operations_total counter\n";
   for (const auto& [op, s] : stats) {
     out << "vllm:rl_weight_update_operations_total{" << label("operation", op)
-        << ",status=\"success\"} " << s.success << "\n";
+        << ",status=\"success\"} " << s.success;
     out << "vllm:rl_weight_update_operations_total{" << label("operation", op)
-        << ",status=\"error\"} " << s.error << "\n";
+        << ",status=\"error\"} " << s.error;
   }
   out << "# HELP vllm:rl_weight_update_operations_in_flight Weight-update operations running.\n"
          "# TYPE vllm:rl_weight_update_operations_in_flight gauge\n";
   for (const auto& [op, s] : stats) {
     out << "vllm:rl_weight_update_operations_in_flight{" << label("operation", op) << "} "
-        << s.in_flight << "\n";
+        << s.in_flight;
   }
   out << "# HELP vllm:rl_weight_update_operation_duration_seconds Time spent per operation.\n"
          "# TYPE vllm:rl_weight_update_operation_duration_seconds summary\n";
   for (const auto& [op, s] : stats) {
     out << "vllm:rl_weight_update_operation_duration_seconds_sum{" << label("operation", op) << "} "
-        << s.seconds << "\n";
+        << s.seconds;
     out << "vllm:rl_weight_update_operation_duration_seconds_count{" << label("operation", op)
-        << "} " << s.success + s.error << "\n";
+        << "} " << s.success + s.error;
   }
   out << "# HELP hotswap_weight_bytes_received_total Bytes of weights received.\n"
          "# TYPE hotswap_weight_bytes_received_total counter\n"
-      << "hotswap_weight_bytes_received_total " << service.bytes_received() << "\n";
+      << "hotswap_weight_bytes_received_total " << service.bytes_received();
   auto version = service.weight_version();
   out << "# HELP hotswap_weight_version_info The weight version being served.\n"
          "# TYPE hotswap_weight_version_info gauge\n"
