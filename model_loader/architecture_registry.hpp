@@ -30,8 +30,10 @@ struct Architecture {
   std::function<void(const nlohmann::json& config, ModelConfig& out)> read_config;
   // The inverse, for writing a config.json back (hotswap-make-model, tests).
   std::function<void(const ModelConfig& config, nlohmann::json& out)> write_config;
-  // The checkpoint tensors of a model of this config, and the runtime parameters they fill.
-  std::function<WeightMapping(const ModelConfig& config)> weight_mapping;
+  // The checkpoint tensors of a model of this config, and the runtime parameters they fill on
+  // one tensor-parallel rank (the whole model at tp = 1). A ValueError when the config cannot
+  // be split that many ways.
+  std::function<WeightMapping(const ModelConfig& config, TensorParallelRank tp)> weight_mapping;
   // A model with uninitialized weights; load_checkpoint or a complete reload fills them.
   std::function<std::shared_ptr<ServableModel>(const ModelConfig&, const ModelOptions&)> create;
 };

@@ -90,8 +90,11 @@ void LayerwiseReload::load(const Checkpoint& checkpoint, int threads) {
   for (const auto& [slot_index, name] : slots) {
     const auto& slot = store_.mapping().slots()[slot_index];
     const auto& info = checkpoint.info(*name);
+    // A rank's rows of a tensor split by rows are one byte range of the file; a split by
+    // columns is read through the mapping, which touches only the pages of the columns kept.
     if (store_.quantized(slot.param) || !store_.device().is_cpu() ||
-        transport::to_scalar_type(info.dtype) != store_.dtype() || info.nbytes() == 0) {
+        transport::to_scalar_type(info.dtype) != store_.dtype() || info.nbytes() == 0 ||
+        slot.shard.dim > 0) {
       converted.emplace_back(slot_index, name);
       continue;
     }
@@ -103,8 +106,12 @@ void LayerwiseReload::load(const Checkpoint& checkpoint, int threads) {
       rows = slot_rows(store_[slot.param].value, slot);
       wrote_live_ = true;
     }
-    reads.push_back({checkpoint.file_of(*name), info.begin,
-                     static_cast<std::uint8_t*>(rows.data_ptr()), info.nbytes()});
+    std::uint64_t begin = info.begin;
+    if (slot.shard.dim == 0) {
+      begin += static_cast<std::uint64_t>(slot.shard.start) * (info.nbytes() / slot.shape[0]);
+    }
+    reads.push_back({checkpoint.file_of(*name), begin, static_cast<std::uint8_t*>(rows.data_ptr()),
+                     rows.nbytes()});
     direct.push_back(slot_index);
   }
   read_in_parallel(reads, threads);
@@ -119,18 +126,19 @@ void LayerwiseReload::write_slot(std::size_t slot_index, const at::Tensor& tenso
   const auto& slot = store_.mapping().slots()[slot_index];
   const std::size_t p = slot.param;
   auto rows_of = [&](const at::Tensor& full) { return slot_rows(full, slot); };
+  const at::Tensor kept = kept_part(tensor, slot);
 
   if (store_.quantized(p)) {
     if (!staging_[p].defined()) {
       staging_[p] = at::empty(store_.mapping().runtime_params()[p].shape,
                               at::TensorOptions().dtype(store_.dtype()).device(store_.device()));
     }
-    transport::copy_tensor(rows_of(staging_[p]), tensor);
+    transport::copy_tensor(rows_of(staging_[p]), kept);
   } else if (mode_ == UpdateMode::kStaged) {
-    transport::copy_tensor(rows_of(shadow_of(p)), tensor);
+    transport::copy_tensor(rows_of(shadow_of(p)), kept);
   } else {
     std::unique_lock lock(store_.mutex());
-    transport::copy_tensor(rows_of(store_[p].value), tensor);
+    transport::copy_tensor(rows_of(store_[p].value), kept);
     wrote_live_ = true;
   }
 
@@ -150,8 +158,9 @@ std::optional<at::Tensor> LayerwiseReload::destination(const std::string& name,
   const auto& mapping = store_.mapping();
   if (mode_ != UpdateMode::kStaged || mapping.is_skipped(name)) return std::nullopt;
   const CheckpointSlot* slot = mapping.find(name);
+  // A sharded slot keeps part of what arrives: the whole tensor has nowhere to land.
   if (slot == nullptr || shape.vec() != slot->shape || dtype != store_.dtype() ||
-      store_.quantized(slot->param)) {
+      store_.quantized(slot->param) || !slot->shard.whole()) {
     return std::nullopt;
   }
   return slot_rows(shadow_of(slot->param), *slot);

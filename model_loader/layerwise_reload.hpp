@@ -49,7 +49,8 @@ class LayerwiseReload {
   // Staged sessions only: the shadow rows where checkpoint tensor `name` lands, to be filled in
   // place (by a receive) and then mark_received(name). nullopt where the tensor must go through
   // load(): an inplace session (live writes stay under the store's lock), a quantized
-  // parameter, a name load() would refuse or skip, or a dtype or shape unlike the storage's.
+  // parameter, a name load() would refuse or skip, a dtype or shape unlike the storage's, or
+  // a slot this tensor-parallel rank keeps only part of.
   std::optional<at::Tensor> destination(const std::string& name, at::ScalarType dtype,
                                         at::IntArrayRef shape);
   void mark_received(const std::string& name);

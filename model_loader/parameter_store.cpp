@@ -75,7 +75,12 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
 
 at::Tensor slot_rows(const at::Tensor& runtime, const CheckpointSlot& slot) {
   const at::Tensor rows = runtime.dim() > 2 ? runtime.view({-1, runtime.size(-1)}) : runtime;
-  return rows.narrow(0, slot.row_offset, slot.shape[0]);
+  return rows.narrow(0, slot.row_offset, slot.kept_shape()[0]);
+}
+
+at::Tensor kept_part(const at::Tensor& full, const CheckpointSlot& slot) {
+  if (slot.shard.whole()) return full;
+  return full.narrow(slot.shard.dim, slot.shard.start, slot.shard.size);
 }
 
 at::Tensor ParameterStore::take_spare(std::size_t param) {

@@ -21,10 +21,14 @@ struct RuntimeTensor {
   at::Tensor scale;  // int8-quantized parameters only: float32 [rows]
 };
 
-// The rows of a runtime tensor that checkpoint tensor `slot` fills, a view shaped as the slot.
+// The rows of a runtime tensor that checkpoint tensor `slot` fills, a view shaped as the part
+// of it the slot keeps (CheckpointSlot::kept_shape).
 // A parameter of three or more dimensions (fused experts, [E, rows, cols]) counts its rows over
 // every dimension but the last, so expert x's rows follow expert x - 1's.
 at::Tensor slot_rows(const at::Tensor& runtime, const CheckpointSlot& slot);
+// What this rank keeps of a whole checkpoint tensor for `slot`: a view (the tensor itself when
+// the slot is not sharded). Copying from it reads only those bytes.
+at::Tensor kept_part(const at::Tensor& full, const CheckpointSlot& slot);
 
 class ParameterStore {
  public:

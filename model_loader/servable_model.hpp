@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -22,6 +23,10 @@
 #include "model_loader/loadable_model.hpp"
 #include "model_loader/model_config.hpp"
 
+namespace hotswap::transport {
+class Communicator;
+}
+
 namespace hotswap::model_loader {
 
 struct ModelOptions {
@@ -29,6 +34,13 @@ struct ModelOptions {
   bool quantize_int8 = false;            // --quantization int8
   UpdateMode update_mode = UpdateMode::kStaged;
   c10::Device device = c10::Device(c10::kCPU);
+  // Tensor parallelism: the model is the shard of rank `group->rank()` of `group->world_size()`
+  // (the architecture's weight mapping says what each rank keeps), and the calls marked
+  // "collective" below all-reduce over `group`: every rank must make them, in the same order.
+  // Null: the whole model (tp = 1).
+  std::shared_ptr<transport::Communicator> tensor_parallel_group;
+  // How long one of those all-reduces may wait for the other ranks.
+  std::chrono::milliseconds collective_timeout{std::chrono::seconds(120)};
 };
 
 // One sequence's share of a forward step: `num_tokens` new tokens at positions
@@ -56,7 +68,8 @@ class ServableModel : public LoadableModel {
 
   // One forward step over several sequences: `tokens` holds every slice's new tokens, in slice
   // order. Returns float32 logits of each slice's last token [slices, vocab], or of every token
-  // [tokens, vocab] when `all_positions`.
+  // [tokens, vocab] when `all_positions` (the whole vocabulary on every tensor-parallel rank).
+  // Collective.
   virtual at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                              bool all_positions = false) const = 0;
 
@@ -65,12 +78,14 @@ class ServableModel : public LoadableModel {
   virtual void zero_weights() = 0;
 
   // SHA-256 of each runtime tensor's bytes, keyed `<key_prefix><runtime name>` (vLLM's checker
-  // prefixes "dp0:pp0:pcp0:tp0:"); int8 scales appear as `<name>_scale`.
+  // prefixes "dp0:pp0:pcp0:tp0:"); int8 scales appear as `<name>_scale`. A "{tp}" in the prefix
+  // is replaced by this model's tensor-parallel rank.
   virtual std::map<std::string, std::string> runtime_checksums(
       const std::string& key_prefix) const = 0;
   // SHA-256 of each checkpoint tensor rebuilt from runtime storage (unfused, in the dtype the
   // checkpoint had), keyed by its Hugging Face name. A ValueError when the runtime format is
-  // lossy (int8), since the checkpoint's bytes can no longer be recovered.
+  // lossy (int8), since the checkpoint's bytes can no longer be recovered. Collective: a
+  // tensor-parallel rank holds a slice, and the ranks put each tensor back together.
   virtual std::map<std::string, std::string> checkpoint_checksums() const = 0;
 };
 

@@ -61,7 +61,7 @@ std::uint64_t write_synthetic_checkpoint(const fs::path& directory, const ModelC
 
   // The checkpoint's tensors, in the order a Hugging Face export lists them.
   WeightMapping mapping =
-      ArchitectureRegistry::builtin().find(config.architecture).weight_mapping(config);
+      ArchitectureRegistry::builtin().find(config.architecture).weight_mapping(config, {});
   std::vector<SafetensorsEntry> entries;
   std::uint64_t total = 0;
   for (const auto& slot : mapping.slots()) {

@@ -14,13 +14,32 @@ std::size_t WeightMapping::add_param(std::string name, std::vector<std::int64_t>
   return params_.size() - 1;
 }
 
+ShardRange TensorParallelRank::split(int dim, std::int64_t n) const {
+  if (size == 1) return {};
+  const std::int64_t part = n / size;
+  return {dim, rank * part, part};
+}
+
+ShardRange TensorParallelRank::split_vocab(std::int64_t n) const {
+  if (size == 1) return {};
+  const std::int64_t part = n / size, longer = n % size;
+  return {0, rank * part + std::min<std::int64_t>(rank, longer), part + (rank < longer ? 1 : 0)};
+}
+
+std::vector<std::int64_t> CheckpointSlot::kept_shape() const {
+  std::vector<std::int64_t> kept = shape;
+  if (!shard.whole()) kept[static_cast<std::size_t>(shard.dim)] = shard.size;
+  return kept;
+}
+
 void WeightMapping::add_slot(std::string name, std::vector<std::int64_t> shape, std::size_t param,
-                             std::int64_t row_offset) {
+                             std::int64_t row_offset, ShardRange shard) {
   int group = params_[param].group;
   slot_index_.emplace(name, slots_.size());
   group_slots_[group].push_back(slots_.size());
   param_slots_[param].push_back(slots_.size());
-  slots_.push_back(CheckpointSlot{std::move(name), std::move(shape), param, row_offset, group});
+  slots_.push_back(
+      CheckpointSlot{std::move(name), std::move(shape), param, row_offset, group, shard});
 }
 
 WeightMapping::WeightMapping(int num_groups) : num_groups_(num_groups) {
@@ -28,9 +47,11 @@ WeightMapping::WeightMapping(int num_groups) : num_groups_(num_groups) {
 }
 
 void WeightMapping::add_plain(const std::string& name, std::vector<std::int64_t> shape, int group,
-                              bool quantizable) {
-  std::size_t p = add_param(name, shape, group, quantizable);
-  add_slot(name, std::move(shape), p, 0);
+                              bool quantizable, ShardRange shard) {
+  std::vector<std::int64_t> kept = shape;
+  if (!shard.whole()) kept[static_cast<std::size_t>(shard.dim)] = shard.size;
+  std::size_t p = add_param(name, std::move(kept), group, quantizable);
+  add_slot(name, std::move(shape), p, 0, shard);
 }
 
 void WeightMapping::add_skipped(std::string name) {

@@ -25,12 +25,44 @@ struct RuntimeParam {
   bool quantizable = false;  // a linear layer's weight, which int8 quantization applies to
 };
 
+// The part of a checkpoint tensor one tensor-parallel rank keeps: `size` entries of dimension
+// `dim` from `start`, as vLLM's parallel layers slice each full tensor they are handed
+// (column-parallel: output rows; row-parallel: input columns; vocab-parallel: vocabulary rows).
+// dim -1: the whole tensor (tp = 1, and the layers every rank holds whole: norms, the router).
+struct ShardRange {
+  int dim = -1;
+  std::int64_t start = 0;
+  std::int64_t size = 0;
+
+  // Whether this rank contributes the range when the ranks put a tensor back together: false
+  // on all but the first of the ranks that hold the same range (a replicated KV head).
+  bool primary = true;
+
+  bool whole() const { return dim < 0; }
+};
+
+// One rank of a tensor-parallel group, and how it splits a dimension.
+struct TensorParallelRank {
+  int rank = 0;
+  int size = 1;
+
+  // An even split of `n` entries of dimension `dim` (n divisible by size, checked by the
+  // caller); whole when size is 1.
+  ShardRange split(int dim, std::int64_t n) const;
+  // The vocabulary split: as even as it goes, the first `n % size` ranks one row longer.
+  ShardRange split_vocab(std::int64_t n) const;
+};
+
 struct CheckpointSlot {
   std::string name;  // Hugging Face name, e.g. model.layers.0.self_attn.k_proj.weight
-  std::vector<std::int64_t> shape;
-  std::size_t param = 0;        // index into runtime_params()
-  std::int64_t row_offset = 0;  // first row of the runtime parameter this tensor fills
+  std::vector<std::int64_t> shape;  // of the whole checkpoint tensor, as it arrives
+  std::size_t param = 0;            // index into runtime_params()
+  std::int64_t row_offset = 0;      // first row of the runtime parameter this tensor fills
   int group = 0;
+  ShardRange shard;  // what of the checkpoint tensor this rank keeps
+
+  // `shape` with the shard applied: the part of the runtime parameter this tensor fills.
+  std::vector<std::int64_t> kept_shape() const;
 };
 
 class WeightMapping {
@@ -41,10 +73,12 @@ class WeightMapping {
   // `row_offset` on); add_plain is a parameter filled whole by a tensor of the same name.
   std::size_t add_param(std::string name, std::vector<std::int64_t> shape, int group,
                         bool quantizable);
+  // A sharded slot keeps only `shard` of the tensor; the runtime parameter is sized for what
+  // its slots keep. add_plain's parameter is the kept part of a tensor of `shape`.
   void add_slot(std::string name, std::vector<std::int64_t> shape, std::size_t param,
-                std::int64_t row_offset);
+                std::int64_t row_offset, ShardRange shard = {});
   void add_plain(const std::string& name, std::vector<std::int64_t> shape, int group,
-                 bool quantizable = false);
+                 bool quantizable = false, ShardRange shard = {});
   // A name a checkpoint may carry that the model ignores (a tied lm_head.weight).
   void add_skipped(std::string name);
 

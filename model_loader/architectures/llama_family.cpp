@@ -101,20 +101,25 @@ void write_mixtral(const ModelConfig& c, nlohmann::json& out) {
 
 // A sparse layer's checkpoint tensors: the router, and each expert's gate, up and down
 // projections, which fill rows of the fused w13 [E, 2·I, H] (gate rows, then up rows, per
-// expert) and w2 [E, H, I].
-void add_experts(WeightMapping& m, const ModelConfig& c, const std::string& layer, int group) {
+// expert) and w2 [E, H, I]. Under tensor parallelism every rank holds every expert, its I / tp
+// slice: w13 [E, 2·I/tp, H], w2 [E, H, I/tp] (vLLM's fused MoE without expert parallelism).
+void add_experts(WeightMapping& m, const ModelConfig& c, const std::string& layer, int group,
+                 TensorParallelRank tp) {
   const MoeNames names = moe_names(c);
   const std::string block = layer + std::string(names.block) + ".";
   const std::int64_t h = c.hidden_size, i = c.moe_intermediate_size, e = c.num_experts;
+  const std::int64_t li = i / tp.size;  // this rank's share of each expert's width
   m.add_plain(block + "gate.weight", {e, h}, group);
   // Not int8-quantized: the store's int8 scales are per row of a 2-D weight.
-  std::size_t w13 = m.add_param(block + "experts.w13_weight", {e, 2 * i, h}, group, false);
-  std::size_t w2 = m.add_param(block + "experts.w2_weight", {e, h, i}, group, false);
+  std::size_t w13 = m.add_param(block + "experts.w13_weight", {e, 2 * li, h}, group, false);
+  std::size_t w2 = m.add_param(block + "experts.w2_weight", {e, h, li}, group, false);
   for (std::int64_t x = 0; x < e; ++x) {
     const std::string expert = block + "experts." + std::to_string(x) + ".";
-    m.add_slot(expert + std::string(names.gate) + ".weight", {i, h}, w13, x * 2 * i);
-    m.add_slot(expert + std::string(names.up) + ".weight", {i, h}, w13, x * 2 * i + i);
-    m.add_slot(expert + std::string(names.down) + ".weight", {h, i}, w2, x * h);
+    m.add_slot(expert + std::string(names.gate) + ".weight", {i, h}, w13, x * 2 * li,
+               tp.split(0, i));
+    m.add_slot(expert + std::string(names.up) + ".weight", {i, h}, w13, x * 2 * li + li,
+               tp.split(0, i));
+    m.add_slot(expert + std::string(names.down) + ".weight", {h, i}, w2, x * h, tp.split(1, i));
   }
 }
 
@@ -127,27 +132,91 @@ MoeNames moe_names(const ModelConfig& config) {
   return {"mlp", "gate_proj", "up_proj", "down_proj"};
 }
 
-WeightMapping llama_weight_mapping(const ModelConfig& c) {
+HeadSplit split_heads(const ModelConfig& c, TensorParallelRank tp) {
+  HeadSplit split;
+  split.heads = c.num_attention_heads / tp.size;
+  if (c.num_key_value_heads >= tp.size) {
+    split.kv_heads = c.num_key_value_heads / tp.size;
+    split.first_kv_head = tp.rank * split.kv_heads;
+  } else {
+    // Fewer KV heads than ranks: each KV head is replicated on tp / kv_heads neighbouring ranks.
+    split.kv_heads = 1;
+    split.first_kv_head = tp.rank / (tp.size / c.num_key_value_heads);
+  }
+  return split;
+}
+
+void check_tensor_parallel(const ModelConfig& c, int tp) {
+  if (tp < 1) {
+    throw protocol::ValueError("tensor_parallel_size must be at least 1, not " +
+                               std::to_string(tp));
+  }
+  auto divisible = [&](std::int64_t n, const char* what) {
+    if (n % tp != 0) {
+      throw protocol::ValueError(std::string(what) + " (" + std::to_string(n) +
+                                 ") must be divisible by tensor parallel size (" +
+                                 std::to_string(tp) + ")");
+    }
+  };
+  divisible(c.num_attention_heads, "Total number of attention heads");
+  const std::int64_t kv = c.num_key_value_heads;
+  if (kv >= tp) {
+    divisible(kv, "Total number of key/value heads");
+  } else if (tp % kv != 0) {
+    throw protocol::ValueError("tensor parallel size (" + std::to_string(tp) +
+                               ") must be a multiple of the number of key/value heads (" +
+                               std::to_string(kv) + ") when it is larger");
+  }
+  bool dense = false, sparse = false;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    (c.is_moe_layer(l) ? sparse : dense) = true;
+  if (dense) divisible(c.intermediate_size, "intermediate_size");
+  if (sparse) divisible(c.moe_intermediate_size, "moe_intermediate_size");
+  if (c.vocab_size < tp) {
+    throw protocol::ValueError("vocab_size (" + std::to_string(c.vocab_size) +
+                               ") is smaller than tensor parallel size (" + std::to_string(tp) +
+                               ")");
+  }
+}
+
+WeightMapping llama_weight_mapping(const ModelConfig& c, TensorParallelRank tp) {
+  check_tensor_parallel(c, tp.size);
   WeightMapping m(static_cast<int>(c.num_hidden_layers) + 2);
   const std::int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
+  const HeadSplit heads = split_heads(c, tp);
+  // This rank's rows of q, k and v (whole heads), and of gate and up.
+  const std::int64_t lq = heads.heads * c.head_dim, lkv = heads.kv_heads * c.head_dim;
+  const std::int64_t li = i / tp.size;
+  const ShardRange q_rows = tp.split(0, q);
+  const ShardRange kv_rows = tp.size == 1
+                                 ? ShardRange{}
+                                 : ShardRange{0, heads.first_kv_head * c.head_dim, lkv,
+                                              c.num_key_value_heads >= tp.size ||
+                                                  tp.rank % (tp.size / c.num_key_value_heads) == 0};
+  const ShardRange vocab = tp.split_vocab(c.vocab_size);
+  auto along = [](ShardRange r, int dim) {
+    if (!r.whole()) r.dim = dim;
+    return r;
+  };
 
-  m.add_plain("model.embed_tokens.weight", {c.vocab_size, h}, 0);
+  m.add_plain("model.embed_tokens.weight", {c.vocab_size, h}, 0, false, vocab);
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const int g = layer + 1;
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     m.add_plain(p + "input_layernorm.weight", {h}, g);
 
-    std::size_t qkv = m.add_param(p + "self_attn.qkv_proj.weight", {q + 2 * kv, h}, g, true);
-    m.add_slot(p + "self_attn.q_proj.weight", {q, h}, qkv, 0);
-    m.add_slot(p + "self_attn.k_proj.weight", {kv, h}, qkv, q);
-    m.add_slot(p + "self_attn.v_proj.weight", {kv, h}, qkv, q + kv);
+    std::size_t qkv = m.add_param(p + "self_attn.qkv_proj.weight", {lq + 2 * lkv, h}, g, true);
+    m.add_slot(p + "self_attn.q_proj.weight", {q, h}, qkv, 0, q_rows);
+    m.add_slot(p + "self_attn.k_proj.weight", {kv, h}, qkv, lq, kv_rows);
+    m.add_slot(p + "self_attn.v_proj.weight", {kv, h}, qkv, lq + lkv, kv_rows);
     if (c.qkv_bias) {
-      std::size_t bias = m.add_param(p + "self_attn.qkv_proj.bias", {q + 2 * kv}, g, false);
-      m.add_slot(p + "self_attn.q_proj.bias", {q}, bias, 0);
-      m.add_slot(p + "self_attn.k_proj.bias", {kv}, bias, q);
-      m.add_slot(p + "self_attn.v_proj.bias", {kv}, bias, q + kv);
+      std::size_t bias = m.add_param(p + "self_attn.qkv_proj.bias", {lq + 2 * lkv}, g, false);
+      m.add_slot(p + "self_attn.q_proj.bias", {q}, bias, 0, q_rows);
+      m.add_slot(p + "self_attn.k_proj.bias", {kv}, bias, lq, kv_rows);
+      m.add_slot(p + "self_attn.v_proj.bias", {kv}, bias, lq + lkv, kv_rows);
     }
-    m.add_plain(p + "self_attn.o_proj.weight", {h, q}, g, true);
+    m.add_plain(p + "self_attn.o_proj.weight", {h, q}, g, true, along(q_rows, 1));
+    // Row-parallel biases are whole on every rank and added once, after the all-reduce.
     if (c.o_proj_bias) m.add_plain(p + "self_attn.o_proj.bias", {h}, g);
     if (c.qk_norm) {
       m.add_plain(p + "self_attn.q_norm.weight", {c.head_dim}, g);
@@ -156,20 +225,20 @@ WeightMapping llama_weight_mapping(const ModelConfig& c) {
     m.add_plain(p + "post_attention_layernorm.weight", {h}, g);
 
     if (c.is_moe_layer(layer)) {
-      add_experts(m, c, p, g);
+      add_experts(m, c, p, g, tp);
       continue;
     }
-    std::size_t gate_up = m.add_param(p + "mlp.gate_up_proj.weight", {2 * i, h}, g, true);
-    m.add_slot(p + "mlp.gate_proj.weight", {i, h}, gate_up, 0);
-    m.add_slot(p + "mlp.up_proj.weight", {i, h}, gate_up, i);
-    m.add_plain(p + "mlp.down_proj.weight", {h, i}, g, true);
+    std::size_t gate_up = m.add_param(p + "mlp.gate_up_proj.weight", {2 * li, h}, g, true);
+    m.add_slot(p + "mlp.gate_proj.weight", {i, h}, gate_up, 0, tp.split(0, i));
+    m.add_slot(p + "mlp.up_proj.weight", {i, h}, gate_up, li, tp.split(0, i));
+    m.add_plain(p + "mlp.down_proj.weight", {h, i}, g, true, tp.split(1, i));
   }
   const int last = m.num_groups() - 1;
   m.add_plain("model.norm.weight", {h}, last);
   if (c.tie_word_embeddings) {
     m.add_skipped("lm_head.weight");  // the embeddings serve as lm_head
   } else {
-    m.add_plain("lm_head.weight", {c.vocab_size, h}, last);
+    m.add_plain("lm_head.weight", {c.vocab_size, h}, last, false, vocab);
   }
   return m;
 }

@@ -6,6 +6,7 @@
 // can be read, and checkpoints laid out, without the model code.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 
@@ -39,8 +40,25 @@ MoeNames moe_names(const ModelConfig& config);
 // Adds the four architectures to `registry`.
 void register_llama_family(ArchitectureRegistry& registry);
 
-// The family's checkpoint tensors and how they fill its fused runtime parameters.
-WeightMapping llama_weight_mapping(const ModelConfig& config);
+// The family's checkpoint tensors and how they fill its fused runtime parameters, on one rank
+// of `tp` as vLLM shards them: qkv_proj and gate_up_proj column-parallel (each of q, k, v, gate
+// and up split by output rows, by whole heads; KV heads replicated where there are fewer than
+// ranks), o_proj and down_proj row-parallel (split by input columns), embed_tokens and lm_head
+// vocab-parallel (split by vocabulary rows); experts split by their intermediate columns (every
+// rank holds every expert's slice), the router and the norms whole. A ValueError when the
+// config cannot be split `tp.size` ways (check_tensor_parallel).
+WeightMapping llama_weight_mapping(const ModelConfig& config, TensorParallelRank tp = {});
+
+// How `config`'s heads split over `tp_size` ranks: each rank's query heads and KV heads.
+struct HeadSplit {
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t first_kv_head = 0;  // the first of this rank's KV heads in the whole model
+};
+HeadSplit split_heads(const ModelConfig& config, TensorParallelRank tp);
+
+// A ValueError naming the dimension when `config` cannot be split over `tp_size` ranks.
+void check_tensor_parallel(const ModelConfig& config, int tp_size);
 
 // A LlamaModel with uninitialized weights (defined with the model, in llama_model.cpp).
 std::shared_ptr<ServableModel> create_llama_model(const ModelConfig& config,

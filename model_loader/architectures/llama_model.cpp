@@ -28,6 +28,7 @@
 #include "model_loader/int8_quantization.hpp"
 #include "model_loader/linear.hpp"
 #include "protocol/errors.hpp"
+#include "transport/communicator.hpp"
 #include "transport/tensor_digest.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -69,10 +70,20 @@ std::shared_ptr<ServableModel> create_llama_model(const ModelConfig& config,
 
 // ---- the model -----------------------------------------------------------------------------
 
+namespace {
+TensorParallelRank rank_in(const std::shared_ptr<transport::Communicator>& group) {
+  if (!group) return {};
+  return {group->rank(), group->world_size()};
+}
+}  // namespace
+
 LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
     : config_(std::move(config)),
       options_(std::move(options)),
-      mapping_(llama_weight_mapping(config_)),
+      tp_(rank_in(options_.tensor_parallel_group)),
+      heads_(split_heads(config_, tp_)),
+      mapping_(llama_weight_mapping(config_, tp_)),
+      vocab_(mapping_.find("model.embed_tokens.weight")->shard),
       store_(mapping_, transport::to_scalar_type(options_.dtype.value_or(config_.torch_dtype)),
              options_.device, options_.quantize_int8) {
   auto runtime = options_.dtype.value_or(config_.torch_dtype);
@@ -80,8 +91,10 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
     throw protocol::ValueError("runtime dtype " + std::string(protocol::dtype_name(runtime)) +
                                " is not supported (float32, bfloat16 and float16 are)");
   }
-  // libtorch starts with one thread on some machines; generation should use every core.
-  at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // libtorch starts with one thread on some machines; generation should use every core, shared
+  // between the tensor-parallel ranks of this host.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(std::max(1, cores / tp_.size));
   // Half-precision matmuls are not implemented for the CPU in older libtorch: compute in
   // float32 there, keeping float16 storage.
   compute_dtype_ = store_.dtype();
@@ -253,10 +266,29 @@ std::vector<LlamaModel::ResolvedPatch> LlamaModel::resolve_patches(
             p.name + "')");
       }
     }
-    // The checkpoint tensor is rows [row_offset, row_offset + rows) of the runtime parameter,
-    // so its flat positions shift by row_offset × row length.
-    std::int64_t row = numel / slot->shape[0];
-    resolved.push_back({slot, idx + slot->row_offset * row, p.values});
+    // Indices address the whole checkpoint tensor. A tensor-parallel rank applies those that
+    // fall in its slice and ignores the rest, as vLLM's sharded loaders do; the slice is rows
+    // [row_offset, row_offset + rows) of the runtime parameter, so its flat positions shift by
+    // row_offset × the slice's row length.
+    at::Tensor values = p.values;
+    std::int64_t row_length = numel / slot->shape[0];
+    if (!slot->shard.whole()) {
+      const std::int64_t columns = row_length;
+      at::Tensor row = at::floor_divide(idx, columns), column = idx - row * columns;
+      const ShardRange& r = slot->shard;
+      at::Tensor along = r.dim == 0 ? row : column;
+      at::Tensor kept = (along >= r.start).logical_and(along < r.start + r.size);
+      row = row.index({kept});
+      column = column.index({kept});
+      values = values.index({kept.to(values.device())});
+      if (r.dim == 0) {
+        idx = (row - r.start) * columns + column;
+      } else {
+        row_length = r.size;
+        idx = row * r.size + (column - r.start);
+      }
+    }
+    resolved.push_back({slot, idx + slot->row_offset * row_length, values});
   }
   return resolved;
 }
@@ -311,13 +343,53 @@ at::Tensor LlamaModel::linear_with_bias(const at::Tensor& x, std::size_t param,
   return (linear(x, param, at::kFloat) + store_[bias].value.to(at::kFloat)).to(x.scalar_type());
 }
 
+at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param,
+                                    std::size_t bias) const {
+  if (tp_.size == 1) return linear_with_bias(x, param, bias);
+  at::Tensor y = linear(x, param, at::kFloat);
+  all_reduce(y);
+  if (bias != kNone) y = y + store_[bias].value.to(at::kFloat);
+  return y.to(x.scalar_type());
+}
+
+void LlamaModel::all_reduce(at::Tensor& t) const {
+  if (tp_.size == 1) return;
+  // gloo sums float32 and float64 on every libtorch; half types travel as float32, which holds
+  // them exactly.
+  const bool widen = t.is_cpu() && t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble;
+  at::Tensor wire = widen ? t.to(at::kFloat) : t.contiguous();
+  options_.tensor_parallel_group->all_reduce_sum(wire, options_.collective_timeout);
+  if (!wire.is_same(t)) t.copy_(wire);
+}
+
+at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
+  const at::Tensor& table = store_[embed_].value;
+  if (vocab_.whole()) return table.index({ids}).to(compute_dtype_);
+  // Rows this rank holds are looked up; the rest are zeros, which the sum fills in exactly.
+  at::Tensor local = ids - vocab_.start;
+  at::Tensor held = (local >= 0).logical_and(local < vocab_.size);
+  at::Tensor rows = table.index({local.masked_fill(held.logical_not(), 0)}).to(compute_dtype_);
+  rows = rows.masked_fill(held.logical_not().unsqueeze(1), 0);
+  all_reduce(rows);
+  return rows;
+}
+
+at::Tensor LlamaModel::logits(const at::Tensor& h) const {
+  at::Tensor local = linear(h, lm_head_, at::kFloat);
+  if (vocab_.whole()) return local;
+  at::Tensor full = at::zeros({h.size(0), config_.vocab_size}, local.options());
+  full.narrow(1, vocab_.start, vocab_.size).copy_(local);
+  all_reduce(full);
+  return full;
+}
+
 // A sparse layer's MLP as transformers computes it: the router's softmax over the experts in
 // float32, the top k per token (rescaled to sum to 1 where the config says so), then each expert
 // that any token chose runs once, on exactly the tokens routed to it; its output, scaled by each
 // token's weight, is added back in expert order, as transformers adds it.
 at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const {
   const ModelConfig& c = config_;
-  const std::int64_t k = c.num_experts_per_tok, inter = c.moe_intermediate_size;
+  const std::int64_t k = c.num_experts_per_tok, inter = c.moe_intermediate_size / tp_.size;
   // Router logits straight to float32 (transformers rounds them to the activations' dtype
   // first): a near-tie between two experts is then decided as float32 compute decides it.
   at::Tensor probs = at::softmax(linear(x, p.router, at::kFloat), -1);
@@ -347,6 +419,7 @@ at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const 
     out.index_add_(0, tokens, (y * weight_of.narrow(0, start, count[e])).to(at::kFloat));
     start += count[e];
   }
+  all_reduce(out);  // each rank ran its slice of every expert's width
   return out.to(x.scalar_type());
 }
 
@@ -371,7 +444,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
                                bool all_positions) const {
   const auto& c = config_;
   const std::int64_t n = tokens.size(0);
-  const std::int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const std::int64_t heads = heads_.heads, kv_heads = heads_.kv_heads;  // this rank's
   const std::int64_t hd = c.head_dim, group = heads / kv_heads;
   const double scaling = 1.0 / std::sqrt(static_cast<double>(hd));
   auto options = at::TensorOptions().dtype(compute_dtype_).device(store_.device());
@@ -448,7 +521,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   std::shared_lock weights_lock(store_.mutex());
   // Row lookups index (rather than index_select) so that the meta device, which tests use to
   // check that every tensor follows the model's device, can run the step too.
-  at::Tensor h = store_[embed_].value.index({ids}).to(compute_dtype_);
+  at::Tensor h = embed(ids);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerParams& p = layers_[l];
     at::Tensor x = rms_norm(h, p.input_norm);
@@ -493,7 +566,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
       offset += len;
     }
     at::Tensor attn = outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
-    at::Tensor o = linear_with_bias(attn, p.o, p.o_bias);
+    at::Tensor o = row_parallel(attn, p.o, p.o_bias);
     h = h + o;
 
     x = rms_norm(h, p.post_norm);
@@ -501,9 +574,9 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
       h = h + experts(x, p);
     } else {
       at::Tensor gate_up = linear(x, p.gate_up);
-      const std::int64_t inter = c.intermediate_size;
+      const std::int64_t inter = c.intermediate_size / tp_.size;
       at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-      h = h + linear(m, p.down);
+      h = h + row_parallel(m, p.down, kNone);
     }
   }
   for (auto& s : slices)
@@ -519,7 +592,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     h = h.index({at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store_.device())});
   }
   h = rms_norm(h, final_norm_);
-  return linear(h, lm_head_, at::kFloat);
+  return logits(h);
 }
 
 // ---- checksums -----------------------------------------------------------------------------
@@ -535,7 +608,11 @@ void LlamaModel::zero_weights() {
 }
 
 std::map<std::string, std::string> LlamaModel::runtime_checksums(
-    const std::string& key_prefix) const {
+    const std::string& key_prefix_template) const {
+  std::string key_prefix = key_prefix_template;
+  if (auto at = key_prefix.find("{tp}"); at != std::string::npos) {
+    key_prefix.replace(at, 4, std::to_string(tp_.rank));
+  }
   std::shared_lock lock(store_.mutex());
   std::map<std::string, std::string> out;
   const auto& params = mapping_.runtime_params();
@@ -563,6 +640,16 @@ std::map<std::string, std::string> LlamaModel::checkpoint_checksums() const {
   std::map<std::string, std::string> out;
   for (const auto& slot : mapping_.slots()) {
     at::Tensor rows = slot_rows(store_[slot.param].value, slot);
+    if (!slot.shard.whole()) {
+      // The ranks put the tensor back together: each places its slice (the first of the
+      // ranks holding a replicated one), zeros elsewhere, and the sum is exact.
+      at::Tensor whole = at::zeros(slot.shape, rows.options());
+      if (slot.shard.primary) {
+        whole.narrow(slot.shard.dim, slot.shard.start, slot.shard.size).copy_(rows);
+      }
+      all_reduce(whole);
+      rows = whole;
+    }
     auto it = dtypes.find(slot.name);
     c10::ScalarType dtype =
         it != dtypes.end() ? it->second : transport::to_scalar_type(config_.torch_dtype);

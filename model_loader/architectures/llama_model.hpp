@@ -73,13 +73,26 @@ class LlamaModel final : public ServableModel {
                     std::optional<c10::ScalarType> out = std::nullopt) const;
   // linear(x, param) + bias (kNone: none), rounded once.
   at::Tensor linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias) const;
+  // A row-parallel layer (o_proj, down_proj): each rank's partial product in float32, summed
+  // over the ranks, then the bias, rounded once. linear_with_bias at tp = 1.
+  at::Tensor row_parallel(const at::Tensor& x, std::size_t param, std::size_t bias) const;
+  // Sums `t` over the tensor-parallel ranks in place (float32 on the wire where the
+  // communicator lacks the dtype); nothing at tp = 1.
+  void all_reduce(at::Tensor& t) const;
+  // Vocab-parallel lookups: the embeddings of `ids` [N] and the logits [N, vocab] of `h`, each
+  // rank filling its vocabulary rows and the ranks summing.
+  at::Tensor embed(const at::Tensor& ids) const;
+  at::Tensor logits(const at::Tensor& h) const;
   at::Tensor rms_norm(const at::Tensor& x, std::size_t param) const;
   // cos and sin of the rotary angles at `positions`, [N, 1, head_dim] in the compute dtype.
   std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions) const;
 
   ModelConfig config_;
   ModelOptions options_;
+  TensorParallelRank tp_;
+  HeadSplit heads_;  // this rank's query and KV heads
   WeightMapping mapping_;
+  ShardRange vocab_;  // this rank's vocabulary rows of embed_tokens and lm_head
   ParameterStore store_;
   c10::ScalarType compute_dtype_;
   // Attention's two matmuls: float32 on the CPU, where libtorch 1.13's bfloat16 batched matmul

@@ -21,7 +21,9 @@ Architecture probe(const std::string& name, const std::string& model_type, int* 
       model_type,
       [](const nlohmann::json&, model_loader::ModelConfig&) {},
       [](const model_loader::ModelConfig&, nlohmann::json&) {},
-      [](const model_loader::ModelConfig&) { return model_loader::WeightMapping(1); },
+      [](const model_loader::ModelConfig&, model_loader::TensorParallelRank) {
+        return model_loader::WeightMapping(1);
+      },
       [created](const model_loader::ModelConfig&, const model_loader::ModelOptions&) {
         ++*created;
         return std::shared_ptr<model_loader::ServableModel>();

@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(decoder_sparse_step_and_mlp_only_layers_pick_the_sparse_lay
   BOOST_TEST((sparse == std::vector<bool>{false, true, false, false, false, true}));
   // The layout follows: dense layers have gate_up_proj, sparse ones fused experts.
   auto mapping =
-      model_loader::ArchitectureRegistry::builtin().find(c.architecture).weight_mapping(c);
+      model_loader::ArchitectureRegistry::builtin().find(c.architecture).weight_mapping(c, {});
   BOOST_TEST(mapping.find("model.layers.3.mlp.gate_proj.weight") != nullptr);
   BOOST_TEST(mapping.find("model.layers.5.mlp.experts.0.gate_proj.weight") != nullptr);
   BOOST_TEST(mapping.find("model.layers.5.mlp.gate_proj.weight") == nullptr);
