@@ -12,9 +12,10 @@
 
 namespace hotswap::receiver {
 
-// The worker's place among the inference ranks. hotswap runs one process per device with
-// tensor and pipeline parallelism of 1, so a replica is one rank; the fields keep vLLM's rank
-// math visible: rank = rank_offset + data_parallel_rank × world_size() + rank.
+// The worker's place among the inference ranks: a replica (one hotswap-worker) is
+// tensor_parallel_size rank processes, one per device (pipeline parallelism is 1), and every
+// rank is a rank of the trainer's group with vLLM's rank math:
+// rank = rank_offset + data_parallel_rank × world_size() + rank.
 struct ParallelConfig {
   int data_parallel_rank = 0;
   int data_parallel_size = 1;

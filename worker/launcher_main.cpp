@@ -57,13 +57,18 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "address the control sockets bind to")->capture_default_str();
   app.add_option("--ready-timeout", ready_timeout, "seconds to wait for every replica")
       ->capture_default_str();
+  int tensor_parallel_size = 1;
+  app.add_option("--tensor-parallel-size", tensor_parallel_size,
+                 "rank processes per replica; replica i on cuda:K uses cuda:K..K+N-1")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("worker_args", worker_args, "arguments for every hotswap-worker, after --");
   app.allow_extras(false);
   CLI11_PARSE(app, argc, argv);
 
   for (const auto& a : worker_args) {
     if (a == "--control" || a == "--data-parallel-rank" || a == "--data-parallel-size" ||
-        (a == "--device" && !devices.empty())) {
+        a == "--tensor-parallel-size" || (a == "--device" && !devices.empty())) {
       std::cerr << "hotswap-launch: " << a << " is set per replica by the launcher; remove it\n";
       return 2;
     }
@@ -87,12 +92,15 @@ int main(int argc, char** argv) {
     args.insert(args.end(), {"--control", endpoint, "--data-parallel-rank", std::to_string(i),
                              "--data-parallel-size", std::to_string(replicas)});
     if (!device_list.empty()) args.insert(args.end(), {"--device", device_list[i]});
+    args.insert(args.end(), {"--tensor-parallel-size", std::to_string(tensor_parallel_size)});
     children.push_back(std::make_unique<worker::ChildProcess>(binary, args));
     endpoints.push_back(endpoint);
   }
 
-  // Forwards each replica's output with a prefix; returns the index of a replica that exited.
+  // Forwards each replica's output with a prefix; returns the index of a replica that exited
+  // or failed (a tensor-parallel replica whose rank died says so and keeps its process).
   std::vector<bool> ready(replicas, false);
+  std::vector<std::string> failed(replicas);
   auto pump = [&](std::chrono::milliseconds timeout) -> std::optional<int> {
     std::vector<pollfd> fds;
     for (auto& c : children)
@@ -103,9 +111,10 @@ int main(int argc, char** argv) {
       children[i]->read_output(std::chrono::milliseconds(0));
       for (const auto& line : children[i]->take_lines()) {
         if (line.starts_with("hotswap-worker ready")) ready[i] = true;
+        if (line.starts_with("hotswap-worker failed: ")) failed[i] = line.substr(23);
         std::cerr << "[replica " << i << "] " << line << "\n";
       }
-      if (children[i]->poll_exit()) return i;
+      if (!failed[i].empty() || children[i]->poll_exit()) return i;
     }
     return std::nullopt;
   };
@@ -114,8 +123,13 @@ int main(int argc, char** argv) {
     return ::poll(&p, 1, 0) > 0;
   };
   auto died = [&](int i) {
-    std::cerr << "hotswap-launch: replica " << i << " (" << endpoints[i] << ") exited with status "
-              << *children[i]->poll_exit() << "; stopping the others\n";
+    std::cerr << "hotswap-launch: replica " << i << " (" << endpoints[i] << ") ";
+    if (!failed[i].empty()) {
+      std::cerr << "failed: " << failed[i];
+    } else {
+      std::cerr << "exited with status " << *children[i]->poll_exit();
+    }
+    std::cerr << "; stopping the others\n";
     return 1;
   };
 

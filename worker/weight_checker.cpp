@@ -8,11 +8,25 @@
 namespace hotswap::worker {
 
 WeightChecker::WeightChecker(std::shared_ptr<model_loader::ServableModel> model,
-                             int data_parallel_rank, int global_rank)
+                             const receiver::ParallelConfig& parallel)
     : model_(std::move(model)),
-      // vLLM 0.33's _weight_checksum_prefix: dp, pp, pcp, tp — no ep part.
-      key_prefix_("dp" + std::to_string(data_parallel_rank) + ":pp0:pcp0:tp0:"),
-      global_rank_(global_rank) {}
+      // vLLM 0.33's _weight_checksum_prefix: dp, pp, pcp, tp — no ep part. Each tensor-parallel
+      // rank writes its own index for {tp} (ServableModel::runtime_checksums).
+      key_prefix_("dp" + std::to_string(parallel.data_parallel_rank) + ":pp0:pcp0:tp{tp}:"),
+      parallel_(parallel) {}
+
+namespace {
+// The tp index a runtime key names ("dp0:pp0:pcp0:tp1:..."); 0 for a checkpoint-format key.
+int tp_of(const std::string& key) {
+  auto at = key.find(":tp");
+  if (at == std::string::npos) return 0;
+  try {
+    return std::stoi(key.substr(at + 3));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+}  // namespace
 
 nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
   const auto request = protocol::WeightCheckerParams::from_json(params);
@@ -36,10 +50,13 @@ nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
     for (const auto& [name, hex] : sums) {
       if (!baseline.contains(name)) mismatches.insert(name);
     }
-    bool match = mismatches.empty();
-    return {{"match", match},
-            {"mismatches", mismatches},
-            {"ranks", match ? nlohmann::json::array() : nlohmann::json::array({global_rank_})}};
+    std::set<int> ranks;
+    for (const auto& key : mismatches) {
+      int tp = request.format == "checkpoint" ? 0 : tp_of(key);
+      if (tp < 0 || tp >= parallel_.tensor_parallel_size) tp = 0;  // a key of no rank of ours
+      ranks.insert(parallel_.data_parallel_rank * parallel_.world_size() + tp);
+    }
+    return {{"match", mismatches.empty()}, {"mismatches", mismatches}, {"ranks", ranks}};
   }
 }
 

@@ -1,5 +1,5 @@
 // WeightChecker: vLLM's weight_checker route. `checksum` returns SHA-256 digests of the runtime
-// tensors keyed `dp<R>:pp0:pcp0:tp0:<name>` (or, with "format": "checkpoint", of the
+// tensors keyed `dp<R>:pp0:pcp0:tp<T>:<name>` (or, with "format": "checkpoint", of the
 // checkpoint-format tensors keyed by Hugging Face name); `compare` checks them against the
 // given `baseline` and returns `match`, the sorted `mismatches` (keys whose digests differ or
 // that only one side has) and the `ranks` that mismatched; `reset` zeroes every weight, as
@@ -12,13 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/servable_model.hpp"
+#include "receiver/engine_context.hpp"
 
 namespace hotswap::worker {
 
 class WeightChecker {
  public:
-  WeightChecker(std::shared_ptr<model_loader::ServableModel> model, int data_parallel_rank,
-                int global_rank);
+  // Keys and ranks follow `parallel` (dp, and tp: every tensor-parallel rank's tensors are
+  // listed, keyed by its own tp index, and `ranks` names the global ranks that mismatched).
+  WeightChecker(std::shared_ptr<model_loader::ServableModel> model,
+                const receiver::ParallelConfig& parallel);
 
   // Runs one action; ValueError for a bad action or body.
   nlohmann::json handle(const nlohmann::json& params);
@@ -26,7 +29,7 @@ class WeightChecker {
  private:
   std::shared_ptr<model_loader::ServableModel> model_;
   std::string key_prefix_;
-  int global_rank_;
+  receiver::ParallelConfig parallel_;
 };
 
 }  // namespace hotswap::worker

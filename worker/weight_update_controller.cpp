@@ -1,6 +1,7 @@
 #include "worker/weight_update_controller.hpp"
 
 #include "protocol/errors.hpp"
+#include "worker/tensor_parallel_group.hpp"
 
 namespace hotswap::worker {
 
@@ -13,6 +14,20 @@ WeightUpdateController::~WeightUpdateController() {
     if (session_active()) engine_->abort_weight_update();
     engine_->shutdown();
   }
+}
+
+void WeightUpdateController::set_tensor_parallel_peers(std::shared_ptr<TensorParallelGroup> peers,
+                                                       BetweenSteps between_steps) {
+  peers_ = std::move(peers);
+  between_steps_ = std::move(between_steps);
+}
+
+void WeightUpdateController::on_every_rank(const std::string& method, const nlohmann::json& params,
+                                           const std::function<void()>& local) {
+  if (!peers_) return local();
+  using Channel = TensorParallelGroup::Channel;
+  std::lock_guard lock(peers_->lock(Channel::kWeights));
+  peers_->call_all(Channel::kWeights, method, params, local);
 }
 
 receiver::WeightTransferEngine& WeightUpdateController::engine() const {
@@ -29,7 +44,8 @@ void WeightUpdateController::init_weight_transfer_engine(const nlohmann::json& i
   // A new handshake supersedes a session its trainer never finished (it died before finish):
   // drop what that session staged, so the new trainer's start is clean.
   if (session_active()) end_session();
-  e.init_transfer_engine(init_info);
+  on_every_rank("init_weight_transfer_engine", {{"init_info", init_info}},
+                [&] { e.init_transfer_engine(init_info); });
 }
 
 void WeightUpdateController::start_weight_update() {
@@ -44,7 +60,8 @@ void WeightUpdateController::start_weight_update() {
     active_ = true;
   }
   try {
-    e.start_weight_update();
+    on_every_rank("start_weight_update", nlohmann::json::object(),
+                  [&] { e.start_weight_update(); });
   } catch (...) {
     end_session();
     throw;
@@ -90,8 +107,11 @@ void WeightUpdateController::update_weights(const nlohmann::json& update_info) {
     }
   }
   try {
-    auto mine = select_update_info(update_info, parallel_);
-    if (mine) e.update_weights(*mine);
+    // Each rank takes its own element of a per-rank list.
+    on_every_rank("update_weights", {{"update_info", update_info}}, [&] {
+      auto mine = select_update_info(update_info, parallel_);
+      if (mine) e.update_weights(*mine);
+    });
   } catch (...) {
     end_session();  // vLLM: an error in update_weights ends the session
     throw;
@@ -100,15 +120,17 @@ void WeightUpdateController::update_weights(const nlohmann::json& update_info) {
 
 void WeightUpdateController::finish_weight_update(const std::optional<std::string>& version) {
   auto& e = engine();
-  {
-    std::lock_guard lock(mutex_);
-    if (!active_) {
-      throw protocol::RuntimeError(
-          "finish_weight_update called without a matching start_weight_update.");
-    }
-  }
+  require_session_to_finish();
   try {
-    e.finish_weight_update();
+    if (peers_) {
+      on_every_rank("prepare_finish", nlohmann::json::object(), [&] { e.drain_pending(); });
+      between_steps_([&] {
+        on_every_rank("finish_weight_update", nlohmann::json::object(),
+                      [&] { e.finish_weight_update(); });
+      });
+    } else {
+      e.finish_weight_update();
+    }
   } catch (...) {
     end_session();
     throw;
@@ -118,10 +140,29 @@ void WeightUpdateController::finish_weight_update(const std::optional<std::strin
   if (version) weight_version_ = *version;
 }
 
+void WeightUpdateController::prepare_finish() {
+  auto& e = engine();
+  require_session_to_finish();
+  try {
+    e.drain_pending();
+  } catch (...) {
+    end_session();
+    throw;
+  }
+}
+
+void WeightUpdateController::require_session_to_finish() const {
+  std::lock_guard lock(mutex_);
+  if (!active_) {
+    throw protocol::RuntimeError(
+        "finish_weight_update called without a matching start_weight_update.");
+  }
+}
+
 void WeightUpdateController::shutdown_weight_transfer_engine() {
   auto& e = engine();
   if (session_active()) end_session();
-  e.shutdown();
+  on_every_rank("shutdown_weight_transfer_engine", nlohmann::json::object(), [&] { e.shutdown(); });
 }
 
 void WeightUpdateController::update_weight_version(const std::string& new_version) {
@@ -139,8 +180,19 @@ bool WeightUpdateController::session_active() const {
   return active_;
 }
 
+void WeightUpdateController::abort_weight_update() {
+  if (engine_ && session_active()) end_session();
+}
+
 void WeightUpdateController::end_session() {
   engine_->abort_weight_update();
+  if (peers_) {
+    // Best effort: a rank that cannot be reached has failed the whole worker already.
+    try {
+      on_every_rank("abort_weight_update", nlohmann::json::object(), [] {});
+    } catch (const std::exception&) {
+    }
+  }
   std::lock_guard lock(mutex_);
   active_ = false;
 }

@@ -7,6 +7,7 @@
 // world_size + rank; weight_version changes at commit, or alone through update_weight_version.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,12 +19,25 @@
 
 namespace hotswap::worker {
 
+class TensorParallelGroup;
+
 class WeightUpdateController {
  public:
   // `engine` may be null (no --weight-transfer-config): every weight call then fails with
   // vLLM's "Weight transfer not configured" message.
   WeightUpdateController(std::unique_ptr<receiver::WeightTransferEngine> engine,
                          receiver::ParallelConfig parallel);
+  // Rank 0 of a tensor-parallel worker: every call also runs on the other ranks (each with its
+  // own engine and controller, taking its own element of a per-rank update_info), at the same
+  // time as here; a call that fails on any rank fails, and ends the session on every rank.
+  // finish_weight_update first has every rank drain its receives (the step where a transfer
+  // can still fail), and only when all have does every rank commit, inside `between_steps`:
+  // no rank steps the model while any commits. What remains of a commit that could fail (a
+  // tensor missing from the round) fails alike on every rank, since every rank was sent the
+  // same tensors: the ranks commit together or not at all.
+  using BetweenSteps = std::function<void(const std::function<void()>&)>;
+  void set_tensor_parallel_peers(std::shared_ptr<TensorParallelGroup> peers,
+                                 BetweenSteps between_steps);
   ~WeightUpdateController();
 
   void init_weight_transfer_engine(const nlohmann::json& init_info);
@@ -33,6 +47,11 @@ class WeightUpdateController {
   void start_draft_weight_update();
   void update_weights(const nlohmann::json& update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
+  // The first half of finish on a rank that is not rank 0: the receives of the round have all
+  // landed (drain_pending), or the session ends with the error.
+  void prepare_finish();
+  // Ends a session another rank failed (idempotent; nothing when none is active).
+  void abort_weight_update();
   void update_weight_version(const std::string& new_version);
   // Tears the engine's data channel down (vLLM's shutdown_weight_transfer_engine), ending any
   // session first; a new init_weight_transfer_engine opens it again.
@@ -51,12 +70,20 @@ class WeightUpdateController {
  private:
   receiver::WeightTransferEngine& engine() const;
   void end_session();
+  // vLLM's RuntimeError for a finish without a session.
+  void require_session_to_finish() const;
+  // Runs `local` here while the other tensor-parallel ranks run `method` (just `local` at
+  // tp = 1); the first error once every rank has answered.
+  void on_every_rank(const std::string& method, const nlohmann::json& params,
+                     const std::function<void()>& local);
 
   std::unique_ptr<receiver::WeightTransferEngine> engine_;
   receiver::ParallelConfig parallel_;
   mutable std::mutex mutex_;  // guards the fields below, never held across a transfer
   bool active_ = false;
   std::optional<std::string> weight_version_;
+  std::shared_ptr<TensorParallelGroup> peers_;
+  BetweenSteps between_steps_;
 };
 
 }  // namespace hotswap::worker

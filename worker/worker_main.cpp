@@ -7,6 +7,7 @@
 #include "worker/control_server.hpp"
 #include "worker/event_fd.hpp"
 #include "worker/http_server.hpp"
+#include "worker/tensor_parallel_rank.hpp"
 #include "worker/worker_options.hpp"
 #include "worker/worker_service.hpp"
 
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   auto options = worker::WorkerOptions::parse(argc, argv);
   worker::EventFd stop;
   worker::notify_on_stop_signals(stop);
+  if (options.tensor_parallel_rank > 0) return worker::run_tensor_parallel_rank(options, stop);
 
   int status = 0;
   try {

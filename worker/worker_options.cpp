@@ -78,8 +78,25 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "HTTP connections served at once; a streaming or waiting request holds one")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(4096)));
+  app.add_option("--tensor-parallel-size", o.tensor_parallel_size,
+                 "rank processes that share the model (vLLM's tensor parallelism); this one "
+                 "serves and starts the others")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--tensor-parallel-rank", o.tensor_parallel_rank,
+                 "internal: set by rank 0 on the rank processes it starts")
+      ->group("");
+  app.add_option("--tensor-parallel-port", o.tensor_parallel_port,
+                 "internal: the ranks' group port, set by rank 0")
+      ->group("");
+  for (int i = 1; i < argc; ++i)
+    o.arguments.emplace_back(argv[i]);
+  o.program = argc > 0 ? argv[0] : "hotswap-worker";
   try {
     app.parse(argc, argv);
+    if (o.tensor_parallel_rank < 0 || o.tensor_parallel_rank >= o.tensor_parallel_size) {
+      throw CLI::ValidationError("--tensor-parallel-rank must be in 0..--tensor-parallel-size - 1");
+    }
     o.update_mode = model_loader::update_mode_from_name(update_mode);
     if (!transfer_config.empty()) {
       o.weight_transfer_config = nlohmann::json::parse(transfer_config);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,14 @@ struct WorkerOptions {
   std::size_t max_num_seqs = 64;              // sequences in one generation step
   std::size_t max_num_batched_tokens = 2048;  // tokens computed in one generation step
   std::size_t http_threads = 128;  // HTTP connections served at once (a stream holds one)
+  // Tensor parallelism: this worker is `tensor_parallel_size` rank processes. Rank 0 (the
+  // process started by hand) serves; it starts the others itself, with the same arguments and
+  // the two below, which are not meant to be given by hand.
+  int tensor_parallel_size = 1;
+  int tensor_parallel_rank = 0;
+  int tensor_parallel_port = 0;  // the loopback port of the ranks' gloo group (rank 0 hosts it)
+  std::vector<std::string> arguments;  // argv[1..], for the rank processes rank 0 starts
+  std::string program;                 // this binary, for the same
 
   std::chrono::milliseconds timeout() const {
     return std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));

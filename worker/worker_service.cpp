@@ -14,14 +14,14 @@
 #include "receiver/weight_transfer_engine_factory.hpp"
 #include "transport/device.hpp"
 #include "transport/exception_text.hpp"
+#include "worker/tensor_parallel_model.hpp"
 
 namespace hotswap::worker {
-namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-model_loader::ModelOptions model_options(const WorkerOptions& o) {
+model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
   model_loader::ModelOptions m;
   if (!o.dtype.empty()) m.dtype = protocol::dtype_from_name(o.dtype);
   if (!o.quantization.empty()) {
@@ -32,15 +32,33 @@ model_loader::ModelOptions model_options(const WorkerOptions& o) {
   }
   m.update_mode = o.update_mode;
   m.device = transport::parse_device(o.device);
+  // Tensor-parallel rank r of a worker on cuda:N runs on cuda:N+r, one device per rank.
+  if (m.device.is_cuda() && o.tensor_parallel_rank > 0) {
+    m.device = c10::Device(
+        c10::kCUDA, static_cast<c10::DeviceIndex>(m.device.index() + o.tensor_parallel_rank));
+  }
+  m.collective_timeout = o.timeout();
   return m;
 }
-
-}  // namespace
 
 WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   parallel_.data_parallel_rank = options.data_parallel_rank;
   parallel_.data_parallel_size = options.data_parallel_size;
-  model_ = model_loader::load_model(options.model, model_options(options));
+  parallel_.tensor_parallel_size = options.tensor_parallel_size;
+  // The model the scheduler and the checker see, and this rank's shard of it, which the
+  // receive engine loads into (the same model at tp = 1).
+  std::shared_ptr<model_loader::ServableModel> shard;
+  std::shared_ptr<TensorParallelModel> sharded;
+  if (options.tensor_parallel_size > 1) {
+    tensor_parallel_ = std::make_shared<TensorParallelGroup>(options);
+    auto shard_options = model_options_for(options);
+    shard_options.tensor_parallel_group = tensor_parallel_->communicator();
+    shard = model_loader::load_model(options.model, shard_options);
+    tensor_parallel_->wait_until_ready();
+    model_ = sharded = std::make_shared<TensorParallelModel>(shard, tensor_parallel_);
+  } else {
+    model_ = shard = model_loader::load_model(options.model, model_options_for(options));
+  }
   const auto tokenizer_file = std::filesystem::path(options.model) / "tokenizer.json";
   if (!options.skip_tokenizer_init && std::filesystem::exists(tokenizer_file)) {
     try {
@@ -62,9 +80,14 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
     auto config = protocol::WeightTransferConfig::from_json(*options.weight_transfer_config);
     backend_ = config.backend;
     engine = receiver::WeightTransferEngineFactory::create_engine(
-        receiver::EngineContext{config, parallel_, model_->device(), model_, options.timeout()});
+        receiver::EngineContext{config, parallel_, shard->device(), shard, options.timeout()});
   }
   controller_ = std::make_unique<WeightUpdateController>(std::move(engine), parallel_);
+  if (sharded) {
+    controller_->set_tensor_parallel_peers(
+        tensor_parallel_,
+        [sharded](const std::function<void()>& fn) { sharded->between_steps(fn); });
+  }
   scheduler_ = std::make_unique<GenerationScheduler>(
       model_, [this] { return controller_->weight_version(); },
       SchedulerLimits{options.max_num_seqs, options.max_num_batched_tokens,
@@ -74,8 +97,7 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
       *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(),
       options.served_model_name.empty() ? options.model : options.served_model_name, options.model,
       options.timeout());
-  checker_ = std::make_unique<WeightChecker>(model_, parallel_.data_parallel_rank,
-                                             parallel_.global_rank());
+  checker_ = std::make_unique<WeightChecker>(model_, parallel_);
   bind_handlers();
 }
 
@@ -94,7 +116,8 @@ std::string WorkerService::describe() const {
       << ", backend " << (backend_.empty() ? std::string("none") : backend_) << ", update mode "
       << (options_.update_mode == model_loader::UpdateMode::kStaged ? "staged" : "inplace")
       << ", data-parallel rank " << parallel_.data_parallel_rank << "/"
-      << parallel_.data_parallel_size;
+      << parallel_.data_parallel_size << ", tensor-parallel size "
+      << parallel_.tensor_parallel_size;
   return out.str();
 }
 
@@ -106,7 +129,14 @@ json WorkerService::health() const {
   }
   bool dirty = model_->is_dirty();
   auto version = controller_->weight_version();
-  return {{"status", dirty ? "dirty" : "ok"},
+  // A tensor-parallel rank that died fails the whole worker: it says which, until restarted.
+  std::optional<std::string> failure;
+  if (tensor_parallel_) failure = tensor_parallel_->failure();
+  return {{"status", failure ? "failed"
+                     : dirty ? "dirty"
+                             : "ok"},
+          {"error", failure ? json(*failure) : json(nullptr)},
+          {"tensor_parallel_size", parallel_.tensor_parallel_size},
           {"dirty", dirty},
           {"model", std::string(model_->config().architecture_name())},
           {"backend", backend_.empty() ? json(nullptr) : json(backend_)},

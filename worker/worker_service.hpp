@@ -27,6 +27,12 @@
 
 namespace hotswap::worker {
 
+class TensorParallelGroup;
+
+// The model options the worker's flags ask for (device, dtype, quantization, update mode,
+// timeouts); a tensor-parallel rank adds its group.
+model_loader::ModelOptions model_options_for(const WorkerOptions& options);
+
 class WorkerService {
  public:
   explicit WorkerService(const WorkerOptions& options);
@@ -90,6 +96,8 @@ class WorkerService {
 
   WorkerOptions options_;
   receiver::ParallelConfig parallel_;
+  // tp > 1: the other rank processes; goes after everything that uses them.
+  std::shared_ptr<TensorParallelGroup> tensor_parallel_;
   std::shared_ptr<model_loader::ServableModel> model_;
   // From the model directory's tokenizer.json, unless absent or --skip-tokenizer-init.
   std::optional<model_loader::Tokenizer> tokenizer_;

@@ -355,9 +355,12 @@ at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param,
 void LlamaModel::all_reduce(at::Tensor& t) const {
   if (tp_.size == 1) return;
   // gloo sums float32 and float64 on every libtorch; half types travel as float32, which holds
-  // them exactly.
-  const bool widen = t.is_cpu() && t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble;
-  at::Tensor wire = widen ? t.to(at::kFloat) : t.contiguous();
+  // them exactly. The ranks' group is gloo, which Debian's libtorch builds for the CPU only:
+  // a GPU shard's partial sums go through host memory.
+  const bool widen = t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble;
+  at::Tensor wire = t.to(at::kCPU);
+  if (widen) wire = wire.to(at::kFloat);
+  wire = wire.contiguous();
   options_.tensor_parallel_group->all_reduce_sum(wire, options_.collective_timeout);
   if (!wire.is_same(t)) t.copy_(wire);
 }

@@ -8,6 +8,7 @@
 #include "model_loader/model_test_support.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "worker/child_process.hpp"
+#include "worker/worker_process.hpp"
 
 using namespace hotswap;
 using namespace std::chrono_literals;
@@ -37,13 +38,14 @@ int free_port_pair() {
 struct Launch {
   testing::CheckpointDir ckpt{testing::tiny_config(model_loader::architectures::kLlama), 1300};
   int base = free_port_pair();
-  worker::ChildProcess launcher{
-      HOTSWAP_LAUNCH_BINARY,
-      {"--replicas", "2", "--base-port", std::to_string(base), "--", "--model",
-       ckpt.dir.path.string(), "--weight-transfer-config", R"({"backend": "disk"})"}};
+  worker::ChildProcess launcher;
   json ready;
 
-  Launch() {
+  explicit Launch(const std::string& replicas = "2", const std::string& tensor_parallel = "1")
+      : launcher(HOTSWAP_LAUNCH_BINARY,
+                 {"--replicas", replicas, "--base-port", std::to_string(base),
+                  "--tensor-parallel-size", tensor_parallel, "--", "--model",
+                  ckpt.dir.path.string(), "--weight-transfer-config", R"({"backend": "disk"})"}) {
     auto deadline = std::chrono::steady_clock::now() + 60s;
     while (ready.is_null() && std::chrono::steady_clock::now() < deadline) {
       launcher.read_output(200ms);
@@ -54,6 +56,11 @@ struct Launch {
     }
     BOOST_REQUIRE_MESSAGE(!ready.is_null(), "no ready line: " << launcher.output());
   }
+};
+
+// One replica of two tensor-parallel ranks.
+struct TensorParallelLaunch : Launch {
+  TensorParallelLaunch() : Launch("1", "2") {}
 };
 
 }  // namespace
@@ -80,6 +87,22 @@ BOOST_FIXTURE_TEST_CASE(a_dead_replica_is_named_and_the_others_stop, Launch) {
   BOOST_TEST(status.value_or(0) != 0);
   BOOST_TEST(launcher.output().find("replica 1 (tcp://127.0.0.1:" + std::to_string(base + 1) +
                                     ") exited") != std::string::npos);
+  BOOST_TEST(::kill(ready["pids"][0].get<pid_t>(), 0) == -1);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_replica_whose_tensor_parallel_rank_died_is_named_failed,
+                        TensorParallelLaunch) {
+  trainer_sdk::RpcClient client(ready["endpoints"][0].get<std::string>(), 10s);
+  BOOST_TEST(client.call("get_world_size") == json({{"world_size", 2}}));
+  const auto ranks = testing::children_of(ready["pids"][0].get<pid_t>());
+  BOOST_REQUIRE_EQUAL(ranks.size(), 1u);
+  ::kill(ranks[0], SIGKILL);
+  auto status = launcher.wait_exit(30s);
+  BOOST_TEST(status.value_or(0) != 0);
+  BOOST_TEST(
+      launcher.output().find("hotswap-launch: replica 0 (tcp://127.0.0.1:" + std::to_string(base) +
+                             ") failed: tensor-parallel rank 1 (of 2) exited") != std::string::npos,
+      launcher.output());
   BOOST_TEST(::kill(ready["pids"][0].get<pid_t>(), 0) == -1);
 }
 

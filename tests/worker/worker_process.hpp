@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -11,6 +12,17 @@
 #include "worker/child_process.hpp"
 
 namespace hotswap::testing {
+
+// The processes `parent` started (a tensor-parallel worker's other ranks, a launcher's
+// replicas), from /proc.
+inline std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) +
+                   "/children");
+  for (pid_t pid; in >> pid;)
+    out.push_back(pid);
+  return out;
+}
 
 class WorkerProcess {
  public:

@@ -1,0 +1,266 @@
+// Tensor-parallel hotswap-workers (--tensor-parallel-size 2: two rank processes each) on
+// loopback: they generate what a tp = 1 worker does, take gloo and disk rounds with vLLM's rank
+// semantics (every rank a rank of the trainer's group; per-rank update_info lists; checksums
+// keyed tp0 and tp1), verified per rank, next to a second replica (dp = 2); and a rank killed
+// puts the worker in a failed state that names it.
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+
+#include <ATen/ops/arange.h>
+
+#include <thread>
+
+#include "e2e/e2e_support.hpp"
+#include "model_loader/model_test_support.hpp"
+#include "protocol/errors.hpp"
+#include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/fan_out_client.hpp"
+#include "trainer_sdk/shm_trainer_engine.hpp"
+#include "trainer_sdk/sparse_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "worker/worker_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::CheckpointDir;
+using testing::WorkerProcess;
+
+namespace {
+
+struct Fixture {
+  explicit Fixture(
+      model_loader::ModelConfig c = testing::tiny_config(model_loader::architectures::kQwen3Moe))
+      : config(std::move(c)), old_ckpt{config, 4100}, new_ckpt{config, 4200} {}
+  model_loader::ModelConfig config;
+  CheckpointDir old_ckpt;
+  CheckpointDir new_ckpt;
+
+  std::unique_ptr<WorkerProcess> worker(int tp, const std::string& backend, int dp_rank = 0,
+                                        int dp_size = 1) const {
+    return std::make_unique<WorkerProcess>(std::vector<std::string>{
+        "--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+        json{{"backend", backend}}.dump(), "--tensor-parallel-size", std::to_string(tp),
+        "--data-parallel-rank", std::to_string(dp_rank), "--data-parallel-size",
+        std::to_string(dp_size), "--timeout", "20"});
+  }
+  std::shared_ptr<trainer_sdk::TensorListSource> source() const {
+    std::vector<std::pair<std::string, at::Tensor>> t;
+    for (auto& [name, tensor] : new_ckpt.tensors())
+      t.emplace_back(name, tensor);
+    return std::make_shared<trainer_sdk::TensorListSource>(t);
+  }
+};
+
+std::shared_ptr<trainer_sdk::ZmqWeightSyncClient> client_of(const WorkerProcess& w) {
+  return std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w.endpoint(), 30s);
+}
+
+json greedy() {
+  return {
+      {"prompt_token_ids", {3, 17, 42, 5}}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 0}};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(tensor_parallel_end_to_end)
+
+BOOST_FIXTURE_TEST_CASE(a_tp_2_worker_generates_what_a_tp_1_worker_does, Fixture) {
+  auto one = worker(1, "gloo");
+  auto two = worker(2, "gloo");
+  auto c1 = client_of(*one);
+  auto c2 = client_of(*two);
+  const json a = c1->call("generate", greedy());
+  const json b = c2->call("generate", greedy());
+  BOOST_TEST(a["token_ids"] == b["token_ids"]);
+  auto la = a["logprobs"].get<std::vector<double>>(), lb = b["logprobs"].get<std::vector<double>>();
+  for (std::size_t i = 0; i < la.size(); ++i)
+    BOOST_TEST(std::abs(la[i] - lb[i]) < 1e-4, "token " << i);
+  // Two sequences in one batch, then a third after the first have gone (their caches too).
+  std::vector<std::thread> batch;
+  std::vector<json> got(2);
+  for (int i = 0; i < 2; ++i) {
+    batch.emplace_back([&, i] {
+      got[i] = client_of(*two)->call(
+          "generate", {{"prompt_token_ids", {1 + i, 2, 3}}, {"max_tokens", 5}, {"temperature", 0}});
+    });
+  }
+  for (auto& t : batch)
+    t.join();
+  for (int i = 0; i < 2; ++i) {
+    const json alone = c1->call(
+        "generate", {{"prompt_token_ids", {1 + i, 2, 3}}, {"max_tokens", 5}, {"temperature", 0}});
+    BOOST_TEST(got[i]["token_ids"] == alone["token_ids"]);
+  }
+  BOOST_TEST(c2->call("generate", greedy())["token_ids"] == a["token_ids"]);
+  const json health = c2->call("health");
+  BOOST_TEST(health["tensor_parallel_size"] == 2);
+  BOOST_TEST(health["status"] == "ok");
+  BOOST_TEST(c2->call("get_world_size")["world_size"] == 2);
+  // Runtime checksums list both ranks' shards, each keyed by its own tp index.
+  const json sums = c2->call("weight_checker", {{"action", "checksum"}})["checksums"];
+  BOOST_TEST(sums.contains("dp0:pp0:pcp0:tp0:model.layers.0.self_attn.qkv_proj.weight"));
+  BOOST_TEST(sums.contains("dp0:pp0:pcp0:tp1:model.layers.0.self_attn.qkv_proj.weight"));
+  BOOST_TEST(sums["dp0:pp0:pcp0:tp0:model.norm.weight"] ==
+             sums["dp0:pp0:pcp0:tp1:model.norm.weight"]);
+}
+
+BOOST_FIXTURE_TEST_CASE(gloo_rounds_reach_every_rank_of_two_tp_2_replicas, Fixture) {
+  auto w0 = worker(2, "gloo", 0, 2);
+  auto w1 = worker(2, "gloo", 1, 2);
+  auto c0 = client_of(*w0), c1 = client_of(*w1);
+  BOOST_TEST(c0->call("get_world_size")["world_size"] == 4);
+  auto both = std::make_shared<trainer_sdk::FanOutClient>(
+      std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>>{c0, c1});
+  const json baseline = c0->call("weight_checker", {{"action", "checksum"}})["checksums"];
+  for (bool packed : {true, false}) {
+    // The trainer and 2 replicas × 2 ranks: a group of 5.
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 5, 0);
+    info.packed = packed;
+    info.packed_buffer_size_bytes = 3000;
+    info.timeout = 30s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, both, source());
+    engine->push({packed ? "tp-packed" : "tp-unpacked", /*verify=*/true});
+    testing::verify_serves(*c0, new_ckpt);
+    testing::verify_serves(*c1, new_ckpt);
+    engine->shutdown();
+  }
+  // What the ranks now hold is what a tp = 2 worker loaded from the new checkpoint holds.
+  auto fresh = std::make_unique<WorkerProcess>(std::vector<std::string>{
+      "--model", new_ckpt.dir.path.string(), "--tensor-parallel-size", "2"});
+  const json expected = client_of(*fresh)->call("weight_checker", {{"action", "checksum"}});
+  BOOST_TEST(
+      c1->call("weight_checker", {{"action", "compare"}, {"baseline", expected["checksums"]}})
+          .at("match") == false);  // dp1's keys are not dp0's
+  const json compared =
+      c0->call("weight_checker", {{"action", "compare"}, {"baseline", expected["checksums"]}});
+  BOOST_TEST(compared["match"] == true, compared.dump());
+  // Against the old weights every rank of replica 1 mismatches: global ranks 2 and 3.
+  json old_dp1;
+  for (const auto& [key, hex] : baseline.items()) {
+    std::string k = key;
+    old_dp1[k.replace(0, 3, "dp1")] = hex;
+  }
+  BOOST_TEST(c1->call("weight_checker", {{"action", "compare"}, {"baseline", old_dp1}})["ranks"] ==
+             json({2, 3}));
+  BOOST_TEST(c0->call("generate", greedy())["token_ids"] ==
+             client_of(*fresh)->call("generate", greedy())["token_ids"]);
+}
+
+BOOST_FIXTURE_TEST_CASE(shm_and_sparse_gloo_rounds_land_on_each_rank_s_slice, Fixture) {
+  {
+    auto w = worker(2, "shm");
+    auto c = client_of(*w);
+    // Every rank reads every chunk (keeping its slice): 2 readers.
+    trainer_sdk::ShmTrainerInitInfo info(2, 0);
+    info.packed_buffer_size_bytes = 16384;  // several chunks
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, c, source());
+    engine->push({"tp-shm", /*verify=*/true});
+    testing::verify_serves(*c, new_ckpt);
+    engine->shutdown();
+  }
+  auto w = worker(2, "sparse_gloo");
+  auto c = client_of(*w);
+  trainer_sdk::SparseGlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
+  info.timeout = 30s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, c);
+  auto* sparse = dynamic_cast<trainer_sdk::SparseTrainerEngine*>(engine.get());
+  BOOST_REQUIRE(sparse != nullptr);
+  // Tensors split by rows (k_proj, the vocabulary), by columns (o_proj, an expert's down
+  // projection) and not at all (a norm): every rank applies the indices in its slice.
+  auto file = old_ckpt.open();
+  std::vector<trainer_sdk::SparsePatch> patches;
+  std::map<std::string, at::Tensor> expected;
+  for (const std::string name :
+       {"model.layers.0.self_attn.k_proj.weight", "model.embed_tokens.weight",
+        "model.layers.1.self_attn.o_proj.weight", "model.layers.0.mlp.experts.2.down_proj.weight",
+        "model.norm.weight"}) {
+    at::Tensor whole = file.tensor(name).clone();
+    at::Tensor indices = at::arange(0, whole.numel(), 5, at::TensorOptions().dtype(at::kInt));
+    at::Tensor values = at::arange(indices.numel()).to(at::kFloat) * 0.5 - 3;
+    whole.view({-1}).index_put_({indices.to(at::kLong)}, values);
+    expected[name] = whole;
+    patches.push_back({name, indices, values, whole.sizes().vec()});
+  }
+  sparse->send_weights(patches, "tp-sparse");
+  const json after =
+      c->call("weight_checker", {{"action", "checksum"}, {"format", "checkpoint"}})["checksums"];
+  for (const auto& name : file.names()) {
+    at::Tensor want = expected.count(name) ? expected[name] : file.tensor(name);
+    BOOST_TEST(after[name] == transport::sha256_hex(want), name);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(per_rank_update_info_lists_are_indexed_by_each_rank, Fixture) {
+  auto w = worker(2, "disk");
+  auto c = client_of(*w);
+  const json before = c->call("weight_checker", {{"action", "checksum"}})["checksums"];
+  // One entry for rank 0 only: rank 1's entry is missing, the round fails on every rank, and
+  // both keep their old weights.
+  c->call("start_weight_update");
+  try {
+    c->call("update_weights", {{"update_info", json::array({{{"path", new_ckpt.dir.path}}})}});
+    BOOST_FAIL("expected a ValueError");
+  } catch (const protocol::ValueError& e) {
+    BOOST_TEST(std::string(e.what()).find("tensor-parallel rank 1: `update_info` has 1 entries "
+                                          "but this worker takes entry 1") != std::string::npos,
+               e.what());
+  }
+  BOOST_TEST(c->call("health")["weight_update_active"] == false);
+  BOOST_TEST(c->call("weight_checker", {{"action", "checksum"}})["checksums"] == before);
+  // An entry per rank: each loads its own (here the same checkpoint) and the round commits.
+  c->call("start_weight_update");
+  const json entry = {{"path", new_ckpt.dir.path}};
+  c->call("update_weights", {{"update_info", json::array({entry, entry})}});
+  c->call("finish_weight_update", {{"weight_version", "per-rank"}});
+  testing::verify_serves(*c, new_ckpt);
+  BOOST_TEST(c->call("weight_info")["weight_version"] == "per-rank");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_rank_killed_mid_round_fails_the_worker_naming_it, Fixture) {
+  auto w = worker(2, "gloo");
+  auto c = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  const auto ranks = testing::children_of(w->pid());
+  BOOST_REQUIRE_EQUAL(ranks.size(), 1u);
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
+  info.packed = false;
+  info.timeout = 10s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, c, source());
+  ::kill(ranks[0], SIGKILL);
+  BOOST_CHECK_THROW(engine->send_weights(), protocol::Error);
+  json health;
+  for (int i = 0; i < 100; ++i) {
+    health = c->call("health");
+    if (health["status"] == "failed") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  BOOST_TEST(health["status"] == "failed");
+  BOOST_TEST(health["error"].get<std::string>().find("tensor-parallel rank 1 (of 2) exited") == 0u,
+             health.dump());
+  try {
+    c->call("generate", greedy());
+    BOOST_FAIL("expected an error");
+  } catch (const protocol::Error& e) {
+    BOOST_TEST(
+        std::string(e.what()).find("tensor-parallel rank 1 (of 2) exited") != std::string::npos,
+        e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_model_that_does_not_split_stops_the_worker_saying_why) {
+  auto config = testing::tiny_config(model_loader::architectures::kLlama);  // 4 heads
+  CheckpointDir ckpt(config, 4300);
+  BOOST_CHECK_EXCEPTION(
+      WorkerProcess({"--model", ckpt.dir.path.string(), "--tensor-parallel-size", "3"}),
+      std::runtime_error, [](const std::runtime_error& e) {
+        return std::string(e.what()).find(
+                   "Total number of attention heads (4) must be "
+                   "divisible by tensor parallel size (3)") != std::string::npos;
+      });
+}
+
+BOOST_AUTO_TEST_SUITE_END()

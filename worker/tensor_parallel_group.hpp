@@ -1,0 +1,82 @@
+// TensorParallelGroup: rank 0's hold on the other rank processes of a tensor-parallel worker.
+// It starts them (this binary, the same arguments, plus --tensor-parallel-rank and the group's
+// port), forms the gloo group the model's all-reduces run over (rank 0 hosts its store), and
+// opens two RankChannels to each: one for the model's steps, one for weight-transfer calls, so
+// that a long receive never holds a generation step up. A thread watches the processes: one
+// that exits puts the group in a failed state that names it, which every later call reports.
+// Destruction stops every rank process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "transport/communicator.hpp"
+#include "worker/child_process.hpp"
+#include "worker/rank_channel.hpp"
+#include "worker/worker_options.hpp"
+
+namespace hotswap::worker {
+
+class TensorParallelGroup {
+ public:
+  // Starts ranks 1..N-1 and joins their gloo group as rank 0 (a ValueError first when the model
+  // does not split N ways). Rank 0 then loads its own shard, which the others are loading too.
+  explicit TensorParallelGroup(const WorkerOptions& options);
+  ~TensorParallelGroup();
+  // Returns once every rank has loaded its shard and answers; a RuntimeError carrying what a
+  // rank printed when one exits or says nothing within the timeout. Starts the watcher.
+  void wait_until_ready();
+
+  int size() const { return size_; }
+  std::shared_ptr<transport::Communicator> communicator() const { return communicator_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  enum class Channel { kModel, kWeights };
+  // Sends `method` to every other rank on `channel` (each channel carries one call at a time:
+  // callers of one channel are serialized by its lock, which the caller holds).
+  void send_all(Channel channel, const std::string& method, const nlohmann::json& params);
+  // Every rank's answer, in rank order (rank 1 first); the first error once all have answered
+  // or timed out.
+  std::vector<nlohmann::json> receive_all(Channel channel);
+  // send_all, then `local` here while the other ranks run `method`, then receive_all: every
+  // rank's answer, always collected (so the channel stays in step for the next call) even when
+  // `local` failed; the first error then, rank 0's own first.
+  std::vector<nlohmann::json> call_all(Channel channel, const std::string& method,
+                                       const nlohmann::json& params,
+                                       const std::function<void()>& local);
+  std::mutex& lock(Channel channel) {
+    return channel == Channel::kModel ? model_lock_ : weight_lock_;
+  }
+
+  // Why the group cannot serve (a rank process exited), or nothing.
+  std::optional<std::string> failure() const;
+  // Throws a RuntimeError with failure() when there is one.
+  void check_alive() const;
+
+ private:
+  void watch();  // the watcher thread: forwards rank output to stderr, notices exits
+
+  int size_;
+  std::chrono::milliseconds timeout_;
+  zmq::context_t context_;
+  std::vector<std::unique_ptr<ChildProcess>> ranks_;  // rank r at r - 1
+  std::shared_ptr<transport::Communicator> communicator_;
+  std::vector<std::unique_ptr<RankChannel>> model_channels_, weight_channels_;
+  std::mutex model_lock_, weight_lock_;
+  mutable std::mutex state_mutex_;  // guards failure_ and the processes' output buffers
+  std::optional<std::string> failure_;
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
+};
+
+}  // namespace hotswap::worker
