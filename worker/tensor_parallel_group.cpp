@@ -197,6 +197,14 @@ std::vector<nlohmann::json> TensorParallelGroup::call_all(Channel channel,
   } catch (...) {
     if (!failure) failure = std::current_exception();
   }
+  if (channel == Channel::kWeights && !answers.empty()) {
+    // Every weight call's answer carries the rank's dirty flag (a failed call leaves it as it
+    // was; the abort that follows it reports it).
+    bool dirty = false;
+    for (const auto& a : answers)
+      dirty = dirty || (a.is_object() && a.value("dirty", false));
+    peers_dirty_ = dirty;
+  }
   if (failure) std::rethrow_exception(failure);
   return answers;
 }

@@ -58,6 +58,10 @@ class TensorParallelGroup {
     return channel == Channel::kModel ? model_lock_ : weight_lock_;
   }
 
+  // Whether another rank reported its shard dirty (an inplace round that failed part-way
+  // there) in its last answer on the weight channel: the worker is then dirty as a whole.
+  bool peers_dirty() const { return peers_dirty_; }
+
   // Why the group cannot serve (a rank process exited), or nothing.
   std::optional<std::string> failure() const;
   // Throws a RuntimeError with failure() when there is one.
@@ -76,6 +80,7 @@ class TensorParallelGroup {
   mutable std::mutex state_mutex_;  // guards failure_ and the processes' output buffers
   std::optional<std::string> failure_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> peers_dirty_{false};
   std::thread watcher_;
 };
 

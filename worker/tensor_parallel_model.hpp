@@ -37,7 +37,8 @@ class TensorParallelModel final : public model_loader::ServableModel {
   std::uint64_t runtime_bytes() const override;
   void load_checkpoint(const model_loader::Checkpoint& checkpoint) override;
   bool reload_active() const override { return shard_->reload_active(); }
-  bool is_dirty() const override { return shard_->is_dirty(); }
+  // Dirty when any rank's shard is (inplace: a round that failed part-way on that rank).
+  bool is_dirty() const override { return shard_->is_dirty() || group_->peers_dirty(); }
   at::Tensor forward(const at::Tensor& tokens, std::vector<model_loader::ForwardSlice>& slices,
                      bool all_positions = false) const override;
   void zero_weights() override;

@@ -146,7 +146,7 @@ json TensorParallelRank::weight_call(const std::string& method, const json& para
   } else {
     throw protocol::MethodNotFound("no weight call '" + method + "' on a tensor-parallel rank");
   }
-  return json::object();
+  return {{"dirty", model_->is_dirty()}};
 }
 
 void TensorParallelRank::serve(zmq::socket_t& socket, const EventFd& stop,

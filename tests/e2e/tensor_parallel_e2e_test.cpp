@@ -8,11 +8,13 @@
 #include <signal.h>
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
 
 #include <thread>
 
 #include "e2e/e2e_support.hpp"
 #include "model_loader/model_test_support.hpp"
+#include "model_loader/safetensors_writer.hpp"
 #include "protocol/errors.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
@@ -41,12 +43,13 @@ struct Fixture {
   CheckpointDir new_ckpt;
 
   std::unique_ptr<WorkerProcess> worker(int tp, const std::string& backend, int dp_rank = 0,
-                                        int dp_size = 1) const {
+                                        int dp_size = 1,
+                                        const std::string& update_mode = "staged") const {
     return std::make_unique<WorkerProcess>(std::vector<std::string>{
         "--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
         json{{"backend", backend}}.dump(), "--tensor-parallel-size", std::to_string(tp),
         "--data-parallel-rank", std::to_string(dp_rank), "--data-parallel-size",
-        std::to_string(dp_size), "--timeout", "20"});
+        std::to_string(dp_size), "--timeout", "20", "--update-mode", update_mode});
   }
   std::shared_ptr<trainer_sdk::TensorListSource> source() const {
     std::vector<std::pair<std::string, at::Tensor>> t;
@@ -219,6 +222,39 @@ BOOST_FIXTURE_TEST_CASE(per_rank_update_info_lists_are_indexed_by_each_rank, Fix
   c->call("finish_weight_update", {{"weight_version", "per-rank"}});
   testing::verify_serves(*c, new_ckpt);
   BOOST_TEST(c->call("weight_info")["weight_version"] == "per-rank");
+}
+
+BOOST_FIXTURE_TEST_CASE(an_inplace_round_that_fails_on_one_rank_makes_the_worker_dirty, Fixture) {
+  auto w = worker(2, "disk", 0, 1, "inplace");
+  auto c = client_of(*w);
+  // Rank 0 is sent a checkpoint of nothing it loads, rank 1 the first layer's attention: only
+  // rank 1 writes live weights. Its second entry does not exist, so the round fails there.
+  testing::TempDir nothing, some;
+  model_loader::save_safetensors((nothing.path / "model.safetensors").string(),
+                                 {{"model.layers.0.self_attn.rotary_emb.inv_freq", at::ones({4})}});
+  std::vector<std::pair<std::string, at::Tensor>> part;
+  for (auto& [name, t] : new_ckpt.tensors()) {
+    if (name.starts_with("model.layers.0.self_attn.")) part.emplace_back(name, t);
+  }
+  model_loader::save_safetensors((some.path / "model.safetensors").string(), part);
+  c->call("start_weight_update");
+  c->call("update_weights",
+          {{"update_info", json::array({{{"path", nothing.path}}, {{"path", some.path}}})}});
+  BOOST_CHECK_THROW(
+      c->call("update_weights",
+              {{"update_info", json::array({{{"path", nothing.path}},
+                                            {{"path", (some.path / "gone").string()}}})}}),
+      protocol::Error);
+  const json health = c->call("health");
+  BOOST_TEST(health["weight_update_active"] == false);
+  BOOST_TEST(health["status"] == "dirty", health.dump());
+  BOOST_CHECK_THROW(c->call("generate", greedy()), protocol::Error);
+  // A full round on every rank makes it whole again.
+  c->call("start_weight_update");
+  c->call("update_weights", {{"update_info", {{"path", new_ckpt.dir.path}}}});
+  c->call("finish_weight_update");
+  BOOST_TEST(c->call("health")["status"] == "ok");
+  testing::verify_serves(*c, new_ckpt);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_rank_killed_mid_round_fails_the_worker_naming_it, Fixture) {
