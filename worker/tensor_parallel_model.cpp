@@ -48,9 +48,27 @@ void TensorParallelModel::between_steps(const std::function<void()>& fn) {
 at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
                                         std::vector<model_loader::ForwardSlice>& slices,
                                         bool all_positions) const {
+  // Bad input is refused here, before any rank is asked to step: a step that fails on another
+  // rank stops that rank (its caches would no longer match rank 0's).
+  at::Tensor ids = tokens.to(at::kLong).contiguous().to(at::kCPU);
+  const std::int64_t vocab = shard_->config().vocab_size;
+  std::int64_t total = 0;
+  for (const auto& s : slices) {
+    if (s.cache == nullptr || s.num_tokens <= 0) {
+      throw protocol::ValueError("every forward slice needs a cache and at least one token");
+    }
+    total += s.num_tokens;
+  }
+  if (total != ids.numel()) {
+    throw protocol::ValueError("forward: slices cover " + std::to_string(total) + " tokens but " +
+                               std::to_string(ids.numel()) + " were given");
+  }
+  if (ids.numel() > 0 &&
+      (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= vocab)) {
+    throw protocol::ValueError("token ids must be in 0.." + std::to_string(vocab - 1));
+  }
   json slice_list = json::array();
   for (auto& s : slices) {
-    if (s.cache == nullptr) throw protocol::ValueError("every forward slice needs a cache");
     if (!s.cache->peer_tag) {
       std::uint64_t id;
       {
@@ -76,7 +94,6 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
     std::lock_guard ids(cache_ids_->mutex);
     released.swap(cache_ids_->released);
   }
-  at::Tensor ids = tokens.to(at::kLong).contiguous().to(at::kCPU);
   std::vector<std::int64_t> id_list(ids.data_ptr<std::int64_t>(),
                                     ids.data_ptr<std::int64_t>() + ids.numel());
   json params = {{"tokens", id_list},

@@ -100,6 +100,10 @@ BOOST_FIXTURE_TEST_CASE(a_tp_2_worker_generates_what_a_tp_1_worker_does, Fixture
     BOOST_TEST(got[i]["token_ids"] == alone["token_ids"]);
   }
   BOOST_TEST(c2->call("generate", greedy())["token_ids"] == a["token_ids"]);
+  // A bad request is refused on rank 0; no rank steps on it, and every rank serves on.
+  BOOST_CHECK_THROW(c2->call("generate", {{"prompt_token_ids", {3, 999}}, {"max_tokens", 2}}),
+                    protocol::ValueError);
+  BOOST_TEST(c2->call("generate", greedy())["token_ids"] == a["token_ids"]);
   const json health = c2->call("health");
   BOOST_TEST(health["tensor_parallel_size"] == 2);
   BOOST_TEST(health["status"] == "ok");
