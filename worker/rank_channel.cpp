@@ -28,7 +28,8 @@ void RankChannel::send(const std::string& method, const nlohmann::json& params) 
   pending_ = method;
 }
 
-nlohmann::json RankChannel::receive(std::chrono::milliseconds timeout) {
+nlohmann::json RankChannel::receive(std::chrono::milliseconds timeout,
+                                    const std::function<bool()>& give_up) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::uint64_t expected = next_id_ - 1;
   zmq::message_t body;
@@ -36,11 +37,19 @@ nlohmann::json RankChannel::receive(std::chrono::milliseconds timeout) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (left.count() <= 0 || zmq::poll(&item, 1, left) == 0) {
+    if (left.count() <= 0) {
       broken_ = true;
       throw protocol::TimeoutError("tensor-parallel rank " + std::to_string(rank_) +
                                    " did not answer " + pending_ + " within " +
                                    std::to_string(timeout.count()) + " ms");
+    }
+    if (zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(100))) == 0) {
+      if (give_up && give_up()) {
+        broken_ = true;
+        throw protocol::TransferError("tensor-parallel rank " + std::to_string(rank_) +
+                                      " went away before answering " + pending_);
+      }
+      continue;
     }
     zmq::message_t delimiter;
     (void)socket_.recv(delimiter);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -23,7 +24,10 @@ class RankChannel {
   // Sends one request; its answer must be received before the next is sent.
   void send(const std::string& method, const nlohmann::json& params);
   // The answer's result, or the other rank's error re-thrown as its protocol error kind.
-  nlohmann::json receive(std::chrono::milliseconds timeout);
+  // `give_up`, asked every 100 ms, ends the wait early (a TransferError): the rank is known
+  // to be gone, and its answer will not come.
+  nlohmann::json receive(std::chrono::milliseconds timeout,
+                         const std::function<bool()>& give_up = {});
   nlohmann::json call(const std::string& method, const nlohmann::json& params,
                       std::chrono::milliseconds timeout);
 

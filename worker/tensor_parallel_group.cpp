@@ -167,7 +167,7 @@ std::vector<nlohmann::json> TensorParallelGroup::receive_all(Channel channel) {
   std::exception_ptr first;
   for (auto& c : channels) {
     try {
-      answers.push_back(c->receive(timeout_));
+      answers.push_back(c->receive(timeout_, [this] { return failure().has_value(); }));
     } catch (...) {
       if (!first) first = std::current_exception();
       answers.emplace_back();

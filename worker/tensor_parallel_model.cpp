@@ -50,7 +50,7 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
                                         bool all_positions) const {
   // Bad input is refused here, before any rank is asked to step: a step that fails on another
   // rank stops that rank (its caches would no longer match rank 0's).
-  at::Tensor ids = tokens.to(at::kLong).contiguous().to(at::kCPU);
+  at::Tensor token_ids = tokens.to(at::kLong).contiguous().to(at::kCPU);
   const std::int64_t vocab = shard_->config().vocab_size;
   std::int64_t total = 0;
   for (const auto& s : slices) {
@@ -59,12 +59,12 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
     }
     total += s.num_tokens;
   }
-  if (total != ids.numel()) {
+  if (total != token_ids.numel()) {
     throw protocol::ValueError("forward: slices cover " + std::to_string(total) + " tokens but " +
-                               std::to_string(ids.numel()) + " were given");
+                               std::to_string(token_ids.numel()) + " were given");
   }
-  if (ids.numel() > 0 &&
-      (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= vocab)) {
+  if (token_ids.numel() > 0 &&
+      (token_ids.min().item<std::int64_t>() < 0 || token_ids.max().item<std::int64_t>() >= vocab)) {
     throw protocol::ValueError("token ids must be in 0.." + std::to_string(vocab - 1));
   }
   json slice_list = json::array();
@@ -94,8 +94,8 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
     std::lock_guard ids(cache_ids_->mutex);
     released.swap(cache_ids_->released);
   }
-  std::vector<std::int64_t> id_list(ids.data_ptr<std::int64_t>(),
-                                    ids.data_ptr<std::int64_t>() + ids.numel());
+  std::vector<std::int64_t> id_list(token_ids.data_ptr<std::int64_t>(),
+                                    token_ids.data_ptr<std::int64_t>() + token_ids.numel());
   json params = {{"tokens", id_list},
                  {"slices", slice_list},
                  {"all_positions", all_positions},
