@@ -50,6 +50,13 @@ struct ForwardSlice {
   std::int64_t num_tokens = 0;
 };
 
+// What every forward step checks of its input before any work, raising a ValueError: each
+// slice has a cache and at least one token, the slices cover `tokens` exactly, and every id is
+// below `vocab_size`. Returns the ids as int64. Token ids are checked where the caller made them
+// (the host, for every caller here), before they travel: a check on a device would wait for it.
+at::Tensor checked_step_tokens(const at::Tensor& tokens, const std::vector<ForwardSlice>& slices,
+                               std::int64_t vocab_size);
+
 class ServableModel : public LoadableModel {
  public:
   ~ServableModel() override;

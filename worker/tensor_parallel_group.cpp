@@ -1,7 +1,6 @@
 #include "worker/tensor_parallel_group.hpp"
 
 #include <filesystem>
-#include <fstream>
 
 #include "model_loader/architecture_registry.hpp"
 #include "protocol/errors.hpp"
@@ -21,18 +20,15 @@ std::string self_binary(const std::string& fallback) {
 // Refuses a model that does not split `size` ways before any process is started: the message
 // then comes from rank 0, at once, rather than from every rank after the group has formed.
 void check_model_splits(const std::string& model_dir, int size) {
-  std::ifstream in(std::filesystem::path(model_dir) / "config.json");
-  if (!in) return;  // loading the model says what is missing
-  nlohmann::json config;
+  model_loader::ModelConfig config;
   try {
-    config = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception&) {
-    return;  // as above
+    config = model_loader::ModelConfig::load(model_dir);
+  } catch (const std::exception&) {
+    return;  // loading the model says what is wrong with it
   }
-  auto parsed = model_loader::ModelConfig::from_json(config);
   model_loader::ArchitectureRegistry::builtin()
-      .find(parsed.architecture_name())
-      .weight_mapping(parsed, {0, size});
+      .find(config.architecture_name())
+      .weight_mapping(config, {0, size});
 }
 
 // "hotswap-worker rank R ready: model <endpoint>; weights <endpoint>"

@@ -6,6 +6,7 @@
 
 namespace hotswap::worker {
 
+using model_loader::checked_step_tokens;
 using nlohmann::json;
 using Channel = TensorParallelGroup::Channel;
 
@@ -50,23 +51,8 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
                                         bool all_positions) const {
   // Bad input is refused here, before any rank is asked to step: a step that fails on another
   // rank stops that rank (its caches would no longer match rank 0's).
-  at::Tensor token_ids = tokens.to(at::kLong).contiguous().to(at::kCPU);
-  const std::int64_t vocab = shard_->config().vocab_size;
-  std::int64_t total = 0;
-  for (const auto& s : slices) {
-    if (s.cache == nullptr || s.num_tokens <= 0) {
-      throw protocol::ValueError("every forward slice needs a cache and at least one token");
-    }
-    total += s.num_tokens;
-  }
-  if (total != token_ids.numel()) {
-    throw protocol::ValueError("forward: slices cover " + std::to_string(total) + " tokens but " +
-                               std::to_string(token_ids.numel()) + " were given");
-  }
-  if (token_ids.numel() > 0 &&
-      (token_ids.min().item<std::int64_t>() < 0 || token_ids.max().item<std::int64_t>() >= vocab)) {
-    throw protocol::ValueError("token ids must be in 0.." + std::to_string(vocab - 1));
-  }
+  const at::Tensor token_ids =
+      checked_step_tokens(tokens, slices, shard_->config().vocab_size).contiguous().to(at::kCPU);
   json slice_list = json::array();
   for (auto& s : slices) {
     if (!s.cache->peer_tag) {

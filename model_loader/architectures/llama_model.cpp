@@ -454,29 +454,13 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
 
   const auto device_longs = at::TensorOptions().dtype(at::kLong).device(store_.device());
 
-  std::int64_t total = 0;
+  at::Tensor ids = checked_step_tokens(tokens, slices, c.vocab_size).to(store_.device());
   std::vector<std::int64_t> position_list;
   position_list.reserve(static_cast<std::size_t>(n));
   for (auto& s : slices) {
-    if (s.cache == nullptr || s.num_tokens <= 0) {
-      throw protocol::ValueError("every forward slice needs a cache and at least one token");
-    }
     for (std::int64_t i = 0; i < s.num_tokens; ++i)
       position_list.push_back(s.cache->length + i);
-    total += s.num_tokens;
   }
-  if (total != n) {
-    throw protocol::ValueError("forward: slices cover " + std::to_string(total) + " tokens but " +
-                               std::to_string(n) + " were given");
-  }
-  // Token ids are checked where the caller made them (the host, for every caller here), before
-  // they travel: a check on the device would wait for the device.
-  at::Tensor ids = tokens.to(at::kLong);
-  if (ids.numel() > 0 &&
-      (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= c.vocab_size)) {
-    throw protocol::ValueError("token ids must be in 0.." + std::to_string(c.vocab_size - 1));
-  }
-  ids = ids.to(store_.device());
   at::Tensor positions =
       at::tensor(position_list, at::TensorOptions().dtype(at::kLong)).to(store_.device());
 
