@@ -106,9 +106,12 @@ std::string reply_frame(const json& reply, std::string_view id_text) {
 }
 
 json parse_response(std::string_view frame) {
-  json doc = parse_bounded_json(frame).value;
+  return result_of_response(parse_bounded_json(frame).value, frame);
+}
+
+json result_of_response(const json& doc, std::string_view frame) {
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("jsonrpc") ||
-      doc["jsonrpc"] != "2.0") {
+      doc.at("jsonrpc") != "2.0") {
     throw TransferError("malformed JSON-RPC reply: " + std::string(frame.substr(0, 200)));
   }
   if (auto result = doc.find("result"); result != doc.end()) return *result;

@@ -64,5 +64,8 @@ std::string reply_frame(const nlohmann::json& reply, std::string_view id_text);
 // For clients: the `result` of a reply frame, or the worker's error re-thrown as its typed
 // exception. A reply that is not a JSON-RPC 2.0 response is a TransferError.
 nlohmann::json parse_response(std::string_view frame);
+// The same for a reply already parsed (`frame` only quoted in errors); a discarded document
+// (what a failed parse gives) is malformed.
+nlohmann::json result_of_response(const nlohmann::json& doc, std::string_view frame);
 
 }  // namespace hotswap::protocol

@@ -22,6 +22,14 @@ at::Tensor view_of(const std::uint8_t* bytes, const protocol::ParamMeta& p) {
 
 }  // namespace
 
+at::Tensor ShmWeightTransferEngine::for_model(const at::Tensor& host) const {
+  // A tensor-parallel rank keeps a slice of each tensor: handed the host tensor, the model
+  // copies only that slice to its device. At tp = 1 the whole tensor goes over first, so any
+  // dtype conversion runs on the device.
+  if (context().parallel.tensor_parallel_size > 1) return host;
+  return host.to(device());
+}
+
 ShmWeightTransferEngine::~ShmWeightTransferEngine() {
   watch_.reset();  // before the segments it may unlink go
 }
@@ -109,7 +117,7 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
     // Offsets are aligned for their dtype (protocol checked): a view, copied once by the model.
     const auto& p = params[i];
     model().load_weights(
-        {{p.name, view_of(arena_->payload() + update_info.arena_offsets[i], p).to(device())}});
+        {{p.name, for_model(view_of(arena_->payload() + update_info.arena_offsets[i], p))}});
     arena_->check_intact();  // zeros read from a shrunk arena are never weights
     add_bytes_received(p.nbytes());
   }
@@ -132,7 +140,7 @@ void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
     if (into_rows) {
       model().mark_received(p.name);
     } else {
-      model().load_weights({{p.name, t.to(device())}});
+      model().load_weights({{p.name, for_model(t)}});
     }
     return;
   }
@@ -147,7 +155,7 @@ void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,
     t = at::empty(p.shape, at::TensorOptions().dtype(type));
     if (slice.size > 0) transport::copy_bytes(t.data_ptr(), chunk + slice.offset, slice.size);
   }
-  model().load_weights({{p.name, t.to(device())}});
+  model().load_weights({{p.name, for_model(t)}});
 }
 
 void ShmWeightTransferEngine::receive_weights(const protocol::ShmUpdateInfo& update_info) {

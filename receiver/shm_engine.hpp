@@ -53,6 +53,8 @@ class ShmWeightTransferEngine final
   // `window`: the round's stream window (0: the chunk lies whole in its buffer).
   void receive_slice(std::uint64_t sequence, const protocol::ChunkSlice& slice,
                      const protocol::ParamMeta& p, std::size_t window);
+  // What load_weights gets for a tensor read from a segment (a view of it, or a copy).
+  at::Tensor for_model(const at::Tensor& host) const;
   void close_channel();
 
   std::unique_ptr<transport::ShmRing> ring_;

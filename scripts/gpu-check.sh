@@ -149,6 +149,7 @@ gpu_suite hotswap_transport_tests nccl_communicator
 gpu_suite hotswap_gpu_tests generation_gpu
 gpu_suite hotswap_gpu_tests ipc_gpu
 gpu_suite hotswap_gpu_tests nccl_gpu
+gpu_suite hotswap_gpu_tests tensor_parallel_gpu
 
 step "every other suite (on the GPU machine's CPUs)"
 (cd "$build" && ctest -j8 -E '^gpu\.' 2>&1 | tee "$log/tests.log" | tail -5) || status=1

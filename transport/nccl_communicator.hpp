@@ -69,6 +69,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return setup_.rank; }
   int world_size() const override { return setup_.world_size; }
+  c10::DeviceType device_type() const override { return c10::DeviceType::CUDA; }
   void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
   void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
   void abort() override;

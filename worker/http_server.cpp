@@ -363,35 +363,54 @@ std::string render_metrics(const WorkerService& service) {
   auto label = [](const std::string& key, const std::string& value) {
     return key + "=\"" + escape_label_value(value) + "\"";
   };
+  // One sample a line: `name{labels} value`.
+  auto sample = [&](const std::string& name, const std::string& labels, auto value) {
+    out << name;
+    if (!labels.empty()) out << '{' << labels << '}';
+    out << ' ' << value << '\n';
+  };
   out << "# HELP vllm:rl_weight_update_operations_total Weight-update operations by outcome.\n"
          "# TYPE vllm:rl_weight_update_operations_total counter\n";
   for (const auto& [op, s] : stats) {
-    out << "vllm:rl_weight_update_operations_total{" << label("operation", op)
-        << ",status=\"success\"} " << s.success;
-    out << "vllm:rl_weight_update_operations_total{" << label("operation", op)
-        << ",status=\"error\"} " << s.error;
+    sample("vllm:rl_weight_update_operations_total", label("operation", op) + ",status=\"success\"",
+           s.success);
+    sample("vllm:rl_weight_update_operations_total", label("operation", op) + ",status=\"error\"",
+           s.error);
   }
   out << "# HELP vllm:rl_weight_update_operations_in_flight Weight-update operations running.\n"
          "# TYPE vllm:rl_weight_update_operations_in_flight gauge\n";
-  for (const auto& [op, s] : stats) {
-    out << "vllm:rl_weight_update_operations_in_flight{" << label("operation", op) << "} "
-        << s.in_flight;
-  }
+  for (const auto& [op, s] : stats)
+    sample("vllm:rl_weight_update_operations_in_flight", label("operation", op), s.in_flight);
   out << "# HELP vllm:rl_weight_update_operation_duration_seconds Time spent per operation.\n"
          "# TYPE vllm:rl_weight_update_operation_duration_seconds summary\n";
   for (const auto& [op, s] : stats) {
-    out << "vllm:rl_weight_update_operation_duration_seconds_sum{" << label("operation", op) << "} "
-        << s.seconds;
-    out << "vllm:rl_weight_update_operation_duration_seconds_count{" << label("operation", op)
-        << "} " << s.success + s.error;
+    sample("vllm:rl_weight_update_operation_duration_seconds_sum", label("operation", op),
+           s.seconds);
+    sample("vllm:rl_weight_update_operation_duration_seconds_count", label("operation", op),
+           s.success + s.error);
   }
-  out << "# HELP hotswap_weight_bytes_received_total Bytes of weights received.\n"
-         "# TYPE hotswap_weight_bytes_received_total counter\n"
-      << "hotswap_weight_bytes_received_total " << service.bytes_received();
+  // Every rank receives the whole broadcast (vLLM's rank semantics), so a tp = N worker's total
+  // is about N times what its trainer sent; the per-rank family says which rank lags.
+  const auto by_rank = service.bytes_received_by_rank();
+  std::uint64_t total = 0;
+  for (std::uint64_t b : by_rank)
+    total += b;
+  out << "# HELP hotswap_weight_bytes_received_total Bytes of weights received, by all ranks.\n"
+         "# TYPE hotswap_weight_bytes_received_total counter\n";
+  sample("hotswap_weight_bytes_received_total", "", total);
+  if (by_rank.size() > 1) {
+    out << "# HELP hotswap_tensor_parallel_rank_weight_bytes_received_total Bytes of weights "
+           "received by each tensor-parallel rank.\n"
+           "# TYPE hotswap_tensor_parallel_rank_weight_bytes_received_total counter\n";
+    for (std::size_t r = 0; r < by_rank.size(); ++r) {
+      sample("hotswap_tensor_parallel_rank_weight_bytes_received_total",
+             label("tp_rank", std::to_string(r)), by_rank[r]);
+    }
+  }
   auto version = service.weight_version();
   out << "# HELP hotswap_weight_version_info The weight version being served.\n"
-         "# TYPE hotswap_weight_version_info gauge\n"
-      << "hotswap_weight_version_info{" << label("version", version ? *version : "") << "} 1\n";
+         "# TYPE hotswap_weight_version_info gauge\n";
+  sample("hotswap_weight_version_info", label("version", version ? *version : ""), 1);
   return out.str();
 }
 

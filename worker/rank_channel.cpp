@@ -33,6 +33,7 @@ nlohmann::json RankChannel::receive(std::chrono::milliseconds timeout,
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const std::uint64_t expected = next_id_ - 1;
   zmq::message_t body;
+  nlohmann::json reply;
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -60,11 +61,11 @@ nlohmann::json RankChannel::receive(std::chrono::milliseconds timeout,
     }
     // The answer to an earlier request whose wait was given up (its sender failed part-way)
     // is dropped: only this request's id is its answer.
-    const auto reply = nlohmann::json::parse(body.to_string_view(), nullptr, false);
+    reply = nlohmann::json::parse(body.to_string_view(), nullptr, false);
     if (reply.is_object() && reply.value("id", nlohmann::json()) == expected) break;
   }
   try {
-    return protocol::parse_response(body.to_string_view());
+    return protocol::result_of_response(reply, body.to_string_view());
   } catch (const protocol::Error& e) {
     // The other rank's own words, said to be its.
     protocol::throw_error(e.kind(),

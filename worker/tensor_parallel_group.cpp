@@ -1,11 +1,13 @@
 #include "worker/tensor_parallel_group.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "model_loader/architecture_registry.hpp"
 #include "protocol/errors.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "worker/log_line.hpp"
+#include "worker/worker_service.hpp"
 
 namespace hotswap::worker {
 namespace {
@@ -51,7 +53,9 @@ std::optional<ReadyLine> parse_ready(const std::string& output, int rank) {
 }  // namespace
 
 TensorParallelGroup::TensorParallelGroup(const WorkerOptions& options)
-    : size_(options.tensor_parallel_size), timeout_(options.timeout()) {
+    : size_(options.tensor_parallel_size),
+      timeout_(options.timeout()),
+      peer_bytes_received_(static_cast<std::size_t>(std::max(size_ - 1, 0))) {
   check_model_splits(options.model, size_);
   const int port = transport::pick_free_port();
   const std::string binary = self_binary(options.program);
@@ -62,8 +66,9 @@ TensorParallelGroup::TensorParallelGroup(const WorkerOptions& options)
     ranks_.push_back(std::make_unique<ChildProcess>(binary, args));
   }
   try {
-    communicator_ = std::make_shared<transport::GlooCommunicator>(
-        transport::GlooRendezvous{"127.0.0.1", port, 0, size_, timeout_});
+    collectives_ = std::make_unique<RankCollectives>(
+        transport::Rendezvous{"127.0.0.1", port, 0, size_, timeout_},
+        model_options_for(options).device);
   } catch (const std::exception& e) {
     std::string said;
     for (auto& rank : ranks_) {
@@ -133,7 +138,7 @@ void TensorParallelGroup::watch() {
         // hotswap-launch reads this line: the replica has failed though its process lives.
         LogLine{} << "hotswap-worker failed: " << why;
         // Steps waiting on the rank's share of an all-reduce fail now, not at their timeout.
-        communicator_->abort();
+        collectives_->abort();
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -155,6 +160,11 @@ void TensorParallelGroup::send_all(Channel channel, const std::string& method,
   auto& channels = channel == Channel::kModel ? model_channels_ : weight_channels_;
   for (auto& c : channels)
     c->send(method, params);
+}
+
+std::vector<std::uint64_t> TensorParallelGroup::peer_bytes_received() const {
+  std::lock_guard lock(state_mutex_);
+  return peer_bytes_received_;
 }
 
 std::vector<nlohmann::json> TensorParallelGroup::receive_all(Channel channel) {
@@ -200,6 +210,12 @@ std::vector<nlohmann::json> TensorParallelGroup::call_all(Channel channel,
     for (const auto& a : answers)
       dirty = dirty || (a.is_object() && a.value("dirty", false));
     peers_dirty_ = dirty;
+    std::lock_guard lock(state_mutex_);
+    for (std::size_t i = 0; i < answers.size(); ++i) {
+      if (answers[i].is_object() && answers[i].contains("bytes_received")) {
+        peer_bytes_received_[i] = answers[i]["bytes_received"].get<std::uint64_t>();
+      }
+    }
   }
   if (failure) std::rethrow_exception(failure);
   return answers;

@@ -1,14 +1,15 @@
 // TensorParallelGroup: rank 0's hold on the other rank processes of a tensor-parallel worker.
 // It starts them (this binary, the same arguments, plus --tensor-parallel-rank and the group's
-// port), forms the gloo group the model's all-reduces run over (rank 0 hosts its store), and
-// opens two RankChannels to each: one for the model's steps, one for weight-transfer calls, so
-// that a long receive never holds a generation step up. A thread watches the processes: one
-// that exits puts the group in a failed state that names it, which every later call reports.
-// Destruction stops every rank process.
+// port), forms the groups the model's all-reduces run over (RankCollectives: gloo, and NCCL on
+// GPUs; rank 0 hosts the store), and opens two RankChannels to each: one for the model's steps,
+// one for weight-transfer calls, so that a long receive never holds a generation step up. A
+// thread watches the processes: one that exits puts the group in a failed state that names it,
+// which every later call reports. Destruction stops every rank process.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,13 +24,14 @@
 #include "transport/communicator.hpp"
 #include "worker/child_process.hpp"
 #include "worker/rank_channel.hpp"
+#include "worker/rank_collectives.hpp"
 #include "worker/worker_options.hpp"
 
 namespace hotswap::worker {
 
 class TensorParallelGroup {
  public:
-  // Starts ranks 1..N-1 and joins their gloo group as rank 0 (a ValueError first when the model
+  // Starts ranks 1..N-1 and joins their groups as rank 0 (a ValueError first when the model
   // does not split N ways). Rank 0 then loads its own shard, which the others are loading too.
   explicit TensorParallelGroup(const WorkerOptions& options);
   ~TensorParallelGroup();
@@ -38,7 +40,10 @@ class TensorParallelGroup {
   void wait_until_ready();
 
   int size() const { return size_; }
-  std::shared_ptr<transport::Communicator> communicator() const { return communicator_; }
+  // What rank 0's model shard all-reduces over (RankCollectives::for_model).
+  std::shared_ptr<transport::Communicator> communicator() const {
+    return collectives_->for_model();
+  }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   enum class Channel { kModel, kWeights };
@@ -61,6 +66,9 @@ class TensorParallelGroup {
   // Whether another rank reported its shard dirty (an inplace round that failed part-way
   // there) in its last answer on the weight channel: the worker is then dirty as a whole.
   bool peers_dirty() const { return peers_dirty_; }
+  // The bytes of weights each other rank had received at its last answer on the weight channel
+  // (rank 1 first), for /metrics.
+  std::vector<std::uint64_t> peer_bytes_received() const;
 
   // Why the group cannot serve (a rank process exited), or nothing.
   std::optional<std::string> failure() const;
@@ -74,11 +82,12 @@ class TensorParallelGroup {
   std::chrono::milliseconds timeout_;
   zmq::context_t context_;
   std::vector<std::unique_ptr<ChildProcess>> ranks_;  // rank r at r - 1
-  std::shared_ptr<transport::Communicator> communicator_;
+  std::unique_ptr<RankCollectives> collectives_;
   std::vector<std::unique_ptr<RankChannel>> model_channels_, weight_channels_;
   std::mutex model_lock_, weight_lock_;
   mutable std::mutex state_mutex_;  // guards failure_ and the processes' output buffers
   std::optional<std::string> failure_;
+  std::vector<std::uint64_t> peer_bytes_received_;  // guarded by state_mutex_ too
   std::atomic<bool> stopping_{false};
   std::atomic<bool> peers_dirty_{false};
   std::thread watcher_;

@@ -18,7 +18,6 @@
 #include "protocol/weight_transfer_config.hpp"
 #include "receiver/weight_transfer_engine_factory.hpp"
 #include "transport/exception_text.hpp"
-#include "transport/gloo_communicator.hpp"
 #include "worker/log_line.hpp"
 #include "worker/worker_service.hpp"
 
@@ -55,10 +54,12 @@ TensorParallelRank::TensorParallelRank(const WorkerOptions& options)
       model_socket_(bound_router(context_, socket_dir_ + "/model")),
       weight_socket_(bound_router(context_, socket_dir_ + "/weights")) {
   const int rank = options.tensor_parallel_rank, size = options.tensor_parallel_size;
-  auto group = std::make_shared<transport::GlooCommunicator>(transport::GlooRendezvous{
-      "127.0.0.1", options.tensor_parallel_port, rank, size, options.timeout()});
   auto model_options = model_options_for(options);
-  model_options.tensor_parallel_group = group;
+  collectives_ = std::make_unique<RankCollectives>(
+      transport::Rendezvous{"127.0.0.1", options.tensor_parallel_port, rank, size,
+                            options.timeout()},
+      model_options.device);
+  model_options.tensor_parallel_group = collectives_->for_model();
   model_ = model_loader::load_model(options.model, model_options);
 
   receiver::ParallelConfig parallel;
@@ -146,7 +147,9 @@ json TensorParallelRank::weight_call(const std::string& method, const json& para
   } else {
     throw protocol::MethodNotFound("no weight call '" + method + "' on a tensor-parallel rank");
   }
-  return {{"dirty", model_->is_dirty()}};
+  // What rank 0 keeps of each rank: whether its shard is dirty, and what it has received (for
+  // /metrics).
+  return {{"dirty", model_->is_dirty()}, {"bytes_received", c.bytes_received()}};
 }
 
 void TensorParallelRank::serve(zmq::socket_t& socket, const EventFd& stop,

@@ -1,11 +1,12 @@
 // TensorParallelRank: a rank process of a tensor-parallel worker other than rank 0 (started by
-// rank 0's TensorParallelGroup with --tensor-parallel-rank). It joins the ranks' gloo group,
-// loads its shard of the model, builds its own receive engine (a rank of the trainer's group,
-// vLLM's rank_offset + dp × tp + rank), and serves rank 0 on two ROUTER sockets (IPC endpoints in a
-// directory only its user can enter), each on a thread of its own: the model channel (forward steps
-// over its copies of the sequences' KV caches, checksums, resets) and the weight channel (the
-// four-call contract, each call taking this rank's element of a per-rank update_info). It has no
-// control socket, HTTP routes or scheduler, and ends with rank 0 (PR_SET_PDEATHSIG) or on SIGTERM.
+// rank 0's TensorParallelGroup with --tensor-parallel-rank). It joins the ranks' groups (gloo,
+// and NCCL on GPUs: RankCollectives), loads its shard of the model, builds its own receive
+// engine (a rank of the trainer's group, vLLM's rank_offset + dp × tp + rank), and serves rank 0
+// on two ROUTER sockets (IPC endpoints in a directory only its user can enter), each on a thread
+// of its own: the model channel (forward steps over its copies of the sequences' KV caches,
+// checksums, resets) and the weight channel (the four-call contract, each call taking this
+// rank's element of a per-rank update_info). It has no control socket, HTTP routes or
+// scheduler, and ends with rank 0 (PR_SET_PDEATHSIG) or on SIGTERM.
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "model_loader/kv_cache.hpp"
 #include "model_loader/servable_model.hpp"
 #include "worker/event_fd.hpp"
+#include "worker/rank_collectives.hpp"
 #include "worker/weight_update_controller.hpp"
 #include "worker/worker_options.hpp"
 
@@ -43,6 +45,7 @@ class TensorParallelRank {
                                                           const nlohmann::json&));
 
   WorkerOptions options_;
+  std::unique_ptr<RankCollectives> collectives_;  // before the model, which all-reduces over it
   std::shared_ptr<model_loader::ServableModel> model_;
   std::unique_ptr<WeightUpdateController> controller_;
   std::map<std::uint64_t, model_loader::KvCache> caches_;  // rank 0's cache id → this rank's heads

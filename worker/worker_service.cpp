@@ -412,6 +412,15 @@ std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json&
   return start_completion(params);
 }
 
+std::vector<std::uint64_t> WorkerService::bytes_received_by_rank() const {
+  std::vector<std::uint64_t> bytes{controller_->bytes_received()};
+  if (tensor_parallel_) {
+    for (std::uint64_t b : tensor_parallel_->peer_bytes_received())
+      bytes.push_back(b);
+  }
+  return bytes;
+}
+
 std::string WorkerService::serving_metrics() const {
   return metrics_.render(completions_->model_name(), scheduler_->running(), scheduler_->waiting());
 }

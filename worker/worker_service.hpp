@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -75,7 +76,8 @@ class WorkerService {
   };
   std::map<std::string, OperationStats> operation_stats() const;
   std::optional<std::string> weight_version() const { return controller_->weight_version(); }
-  std::uint64_t bytes_received() const { return controller_->bytes_received(); }
+  // Bytes of weights each rank has received, rank 0 first (one element at tp = 1).
+  std::vector<std::uint64_t> bytes_received_by_rank() const;
   // vLLM's serving metrics in Prometheus text.
   std::string serving_metrics() const;
 

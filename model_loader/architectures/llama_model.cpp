@@ -354,14 +354,16 @@ at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param,
 
 void LlamaModel::all_reduce(at::Tensor& t) const {
   if (tp_.size == 1) return;
-  // gloo sums float32 and float64 on every libtorch; half types travel as float32, which holds
-  // them exactly. The ranks' group is gloo, which Debian's libtorch builds for the CPU only:
-  // a GPU shard's partial sums go through host memory.
+  auto& group = *options_.tensor_parallel_group;
+  // Partial sums travel as float32 (half types widen exactly) and are rounded once, after the
+  // sum. Over NCCL they stay on the device; over gloo, which Debian's libtorch builds for the
+  // CPU only, a GPU shard's go through host memory.
   const bool widen = t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble;
-  at::Tensor wire = t.to(at::kCPU);
+  at::Tensor wire = t;
+  if (group.device_type() == c10::DeviceType::CPU && !t.device().is_cpu()) wire = wire.to(at::kCPU);
   if (widen) wire = wire.to(at::kFloat);
   wire = wire.contiguous();
-  options_.tensor_parallel_group->all_reduce_sum(wire, options_.collective_timeout);
+  group.all_reduce_sum(wire, options_.collective_timeout);
   if (!wire.is_same(t)) t.copy_(wire);
 }
 

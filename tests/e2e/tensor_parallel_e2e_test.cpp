@@ -5,12 +5,16 @@
 // puts the worker in a failed state that names it.
 #include <boost/test/unit_test.hpp>
 
+#include <httplib.h>
+
 #include <signal.h>
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/ones.h>
 
 #include <thread>
+
+#include <zmq.hpp>
 
 #include "e2e/e2e_support.hpp"
 #include "model_loader/model_test_support.hpp"
@@ -43,13 +47,24 @@ struct Fixture {
   CheckpointDir new_ckpt;
 
   std::unique_ptr<WorkerProcess> worker(int tp, const std::string& backend, int dp_rank = 0,
-                                        int dp_size = 1,
-                                        const std::string& update_mode = "staged") const {
-    return std::make_unique<WorkerProcess>(std::vector<std::string>{
-        "--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
-        json{{"backend", backend}}.dump(), "--tensor-parallel-size", std::to_string(tp),
-        "--data-parallel-rank", std::to_string(dp_rank), "--data-parallel-size",
-        std::to_string(dp_size), "--timeout", "20", "--update-mode", update_mode});
+                                        int dp_size = 1, const std::string& update_mode = "staged",
+                                        const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> args{"--model",
+                                  old_ckpt.dir.path.string(),
+                                  "--weight-transfer-config",
+                                  json{{"backend", backend}}.dump(),
+                                  "--tensor-parallel-size",
+                                  std::to_string(tp),
+                                  "--data-parallel-rank",
+                                  std::to_string(dp_rank),
+                                  "--data-parallel-size",
+                                  std::to_string(dp_size),
+                                  "--timeout",
+                                  "20",
+                                  "--update-mode",
+                                  update_mode};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<WorkerProcess>(args);
   }
   std::shared_ptr<trainer_sdk::TensorListSource> source() const {
     std::vector<std::pair<std::string, at::Tensor>> t;
@@ -160,7 +175,8 @@ BOOST_FIXTURE_TEST_CASE(gloo_rounds_reach_every_rank_of_two_tp_2_replicas, Fixtu
 
 BOOST_FIXTURE_TEST_CASE(shm_and_sparse_gloo_rounds_land_on_each_rank_s_slice, Fixture) {
   {
-    auto w = worker(2, "shm");
+    const int port = transport::pick_free_port();
+    auto w = worker(2, "shm", 0, 1, "staged", {"--http-port", std::to_string(port)});
     auto c = client_of(*w);
     // Every rank reads every chunk (keeping its slice): 2 readers.
     trainer_sdk::ShmTrainerInitInfo info(2, 0);
@@ -169,6 +185,25 @@ BOOST_FIXTURE_TEST_CASE(shm_and_sparse_gloo_rounds_land_on_each_rank_s_slice, Fi
     engine->push({"tp-shm", /*verify=*/true});
     testing::verify_serves(*c, new_ckpt);
     engine->shutdown();
+    // /metrics counts what every rank received: each the whole round.
+    httplib::Client http("127.0.0.1", port);
+    auto res = http.Get("/metrics");
+    BOOST_REQUIRE(res);
+    BOOST_TEST(testing::malformed_metric_lines(res->body).empty(), res->body);
+    std::uint64_t round = 0;
+    for (const auto& [name, tensor] : new_ckpt.tensors())
+      round += tensor.nbytes();
+    auto value_of = [&](const std::string& series) -> std::uint64_t {
+      auto at = res->body.find("\n" + series + " ");
+      BOOST_REQUIRE_MESSAGE(at != std::string::npos, series << " missing from\n" << res->body);
+      return std::stoull(res->body.substr(at + series.size() + 2));
+    };
+    const std::string family = "hotswap_tensor_parallel_rank_weight_bytes_received_total";
+    const std::uint64_t r0 = value_of(family + "{tp_rank=\"0\"}");
+    const std::uint64_t r1 = value_of(family + "{tp_rank=\"1\"}");
+    BOOST_TEST(r0 >= round);
+    BOOST_TEST(r1 == r0);
+    BOOST_TEST(value_of("hotswap_weight_bytes_received_total") == r0 + r1);
   }
   auto w = worker(2, "sparse_gloo");
   auto c = client_of(*w);
@@ -289,6 +324,49 @@ BOOST_FIXTURE_TEST_CASE(a_rank_killed_mid_round_fails_the_worker_naming_it, Fixt
         std::string(e.what()).find("tensor-parallel rank 1 (of 2) exited") != std::string::npos,
         e.what());
   }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_rank_whose_forward_step_fails_stops_and_fails_the_worker, Fixture) {
+  // Rank 0 checks a step before any rank runs it, so only a step sent to rank 1 directly (on
+  // its model channel, as rank 0 would) fails there alone. Rank 1's shard is then out of step
+  // with rank 0's: it must stop rather than serve on, and the worker must say so.
+  auto w = worker(2, "gloo");
+  auto c = client_of(*w);
+  const std::string marker = "hotswap-worker rank 1 ready: model ";
+  BOOST_REQUIRE(w->wait_for_output(marker, 10s));
+  const std::string& out = w->output();
+  const auto begin = out.find(marker) + marker.size();
+  const std::string endpoint = out.substr(begin, out.find(';', begin) - begin);
+  zmq::context_t context;
+  zmq::socket_t channel(context, zmq::socket_type::dealer);
+  channel.set(zmq::sockopt::linger, 0);
+  channel.set(zmq::sockopt::rcvtimeo, 10000);
+  channel.connect(endpoint);
+  const json step = {{"jsonrpc", "2.0"},
+                     {"id", 1},
+                     {"method", "forward"},
+                     {"params",
+                      {{"released", json::array()},
+                       {"slices", {{{"cache", 77}, {"length", 0}, {"tokens", 1}}}},
+                       {"tokens", {1 << 30}},  // past the vocabulary
+                       {"all_positions", false}}}};
+  channel.send(zmq::buffer(step.dump()));
+  zmq::message_t reply;
+  BOOST_REQUIRE(channel.recv(reply));
+  BOOST_TEST(json::parse(reply.to_string()).contains("error"), reply.to_string());
+  BOOST_TEST(w->wait_for_output("a forward step failed; this rank stops", 10s), w->output());
+  json health;
+  for (int i = 0; i < 100; ++i) {
+    health = c->call("health");
+    if (health["status"] == "failed") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  BOOST_TEST(health["status"] == "failed", health.dump());
+  BOOST_TEST(health.value("error", std::string())
+                     .find("tensor-parallel rank 1 (of 2) exited with "
+                           "status 1") == 0u,
+             health.dump());
+  BOOST_CHECK_THROW(c->call("generate", greedy()), protocol::Error);
 }
 
 BOOST_AUTO_TEST_CASE(a_model_that_does_not_split_stops_the_worker_saying_why) {

@@ -102,6 +102,27 @@ struct MediumModel : NeedsGpus<1>, Models {
 
 const std::vector<std::vector<std::int64_t>> kPrompts = {{3, 17, 42, 5, 9, 61, 7}, {11, 2, 30}};
 
+// A worker started with `args` generates, greedily with logprobs, the tokens a worker started
+// with `reference_args` does, its logprobs within `tolerance`.
+void expect_same_generation(const std::vector<std::string>& reference_args,
+                            const std::vector<std::string>& args, double tolerance) {
+  const nlohmann::json request = {{"prompt_token_ids", kPrompts[0]},
+                                  {"max_tokens", 12},
+                                  {"temperature", 0},
+                                  {"logprobs", true}};
+  std::vector<nlohmann::json> replies;
+  for (const auto& a : {reference_args, args}) {
+    WorkerProcess w(a, 120s);
+    trainer_sdk::ZmqWeightSyncClient client(w.endpoint(), 120s);
+    replies.push_back(client.call("generate", request));
+  }
+  BOOST_TEST(replies[1]["token_ids"] == replies[0]["token_ids"]);
+  for (std::size_t t = 0; t < replies[0]["logprobs"].size(); ++t) {
+    BOOST_TEST(std::abs(replies[1]["logprobs"][t].get<double>() -
+                        replies[0]["logprobs"][t].get<double>()) <= tolerance);
+  }
+}
+
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(generation_gpu, NeedsGpus<1>)
@@ -130,21 +151,8 @@ BOOST_AUTO_TEST_CASE(greedy_tokens_and_float32_logprobs_on_cuda_0_equal_the_cpus
 
 BOOST_AUTO_TEST_CASE(a_worker_on_cuda_0_generates_what_a_worker_on_the_cpu_does) {
   CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kQwen3), 32);
-  nlohmann::json request = {{"prompt_token_ids", kPrompts[0]},
-                            {"max_tokens", 12},
-                            {"temperature", 0},
-                            {"logprobs", true}};
-  std::vector<nlohmann::json> replies;
-  for (std::string device : {"cpu", "cuda:0"}) {
-    WorkerProcess w({"--model", ckpt.dir.path.string(), "--device", device}, 120s);
-    trainer_sdk::ZmqWeightSyncClient client(w.endpoint(), 120s);
-    replies.push_back(client.call("generate", request));
-  }
-  BOOST_TEST(replies[1]["token_ids"] == replies[0]["token_ids"]);
-  for (std::size_t t = 0; t < replies[0]["logprobs"].size(); ++t) {
-    BOOST_TEST(std::abs(replies[1]["logprobs"][t].get<double>() -
-                        replies[0]["logprobs"][t].get<double>()) <= 1e-4);
-  }
+  expect_same_generation({"--model", ckpt.dir.path.string(), "--device", "cpu"},
+                         {"--model", ckpt.dir.path.string(), "--device", "cuda:0"}, 1e-4);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -220,6 +228,42 @@ BOOST_AUTO_TEST_CASE(sparse_patches_land_on_a_worker_on_gpu_1) {
   engine->send_weights({patch}, "sparse-1");
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) != before);
   BOOST_TEST(client->call("weight_info")["weight_version"] == "sparse-1");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Tensor parallelism on GPUs: the ranks' all-reduces run over NCCL (RankCollectives), one
+// device per rank.
+BOOST_AUTO_TEST_SUITE(tensor_parallel_gpu)
+
+BOOST_FIXTURE_TEST_CASE(a_tp_2_worker_on_cuda_0_and_1_generates_what_tp_1_does, TwoGpus) {
+  CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kQwen3), 33);
+  const std::vector<std::string> on_cuda_0 = {
+      "--model", ckpt.dir.path.string(), "--device", "cuda:0", "--timeout", "60"};
+  auto tp_2 = on_cuda_0;
+  tp_2.insert(tp_2.end(), {"--tensor-parallel-size", "2"});
+  expect_same_generation(on_cuda_0, tp_2, 1e-3);
+}
+
+// The trainer on cuda:2, the worker's ranks on cuda:0 and cuda:1: a group of 3 devices.
+BOOST_FIXTURE_TEST_CASE(an_nccl_round_reaches_both_ranks_of_a_tp_2_worker, NeedsGpus<3>) {
+  Models models;
+  WorkerProcess w(
+      {"--model", models.old_ckpt.dir.path.string(), "--device", "cuda:0", "--tensor-parallel-size",
+       "2", "--weight-transfer-config", R"({"backend": "nccl"})", "--timeout", "60"},
+      120s);
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w.endpoint(), 120s);
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(models.on(2));
+  for (bool packed : {true, false}) {
+    trainer_sdk::NcclTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
+    info.device = 2;
+    info.packed = packed;
+    info.packed_buffer_size_bytes = 4096;
+    info.timeout = 60s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
+    engine->push({packed ? "tp-packed" : "tp-unpacked", /*verify=*/true});
+    engine->shutdown();
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -131,6 +131,9 @@ BOOST_FIXTURE_TEST_CASE(metrics_count_weight_operations_but_not_rejected_input, 
   BOOST_TEST(has("vllm:rl_weight_update_operation_duration_seconds_count{operation=\"update\"} 1"));
   BOOST_TEST(has("hotswap_weight_version_info{version=\"v9\"} 1"));
   BOOST_TEST(!has("hotswap_weight_bytes_received_total 0\n"));
+  // Every line a scraper can read: samples used to run together on one line.
+  BOOST_TEST(testing::malformed_metric_lines(text).empty(), text);
+  BOOST_TEST(!has("hotswap_tensor_parallel_rank"));  // tp = 1: no per-rank family
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,6 +24,21 @@ inline std::vector<pid_t> children_of(pid_t parent) {
   for (pid_t pid; in >> pid;)
     out.push_back(pid);
   return out;
+}
+
+// The lines of a /metrics page that are neither a comment nor one Prometheus text sample
+// (`name{labels} value`): what a scraper would refuse.
+inline std::vector<std::string> malformed_metric_lines(const std::string& text) {
+  static const std::regex sample(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? )"
+      R"(([-+]?[0-9.eE+-]+|NaN|[+-]Inf)$)");
+  std::vector<std::string> bad;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (!std::regex_match(line, sample)) bad.push_back(line);
+  }
+  return bad;
 }
 
 class WorkerProcess {
