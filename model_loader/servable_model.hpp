@@ -39,6 +39,9 @@ struct ModelOptions {
   // "collective" below all-reduce over `group`: every rank must make them, in the same order.
   // Null: the whole model (tp = 1).
   std::shared_ptr<transport::Communicator> tensor_parallel_group;
+  // vLLM's --enable-expert-parallel: each rank holds whole experts of a sparse layer (the first
+  // E % tp ranks one more) instead of a slice of every expert's width.
+  bool enable_expert_parallel = false;
   // How long one of those all-reduces may wait for the other ranks.
   std::chrono::milliseconds collective_timeout{std::chrono::seconds(120)};
 };

@@ -26,6 +26,12 @@ ShardRange TensorParallelRank::split_vocab(std::int64_t n) const {
   return {0, rank * part + std::min<std::int64_t>(rank, longer), part + (rank < longer ? 1 : 0)};
 }
 
+TensorParallelRank::Experts TensorParallelRank::local_experts(std::int64_t n) const {
+  if (!expert_parallel || size == 1) return {0, n};
+  const ShardRange r = split_vocab(n);  // the same linear placement
+  return {r.start, r.size};
+}
+
 std::vector<std::int64_t> CheckpointSlot::kept_shape() const {
   std::vector<std::int64_t> kept = shape;
   if (!shard.whole()) kept[static_cast<std::size_t>(shard.dim)] = shard.size;

@@ -45,12 +45,22 @@ struct ShardRange {
 struct TensorParallelRank {
   int rank = 0;
   int size = 1;
+  // vLLM's --enable-expert-parallel: a sparse layer's experts are spread over the ranks whole,
+  // instead of every rank holding a slice of each expert's width.
+  bool expert_parallel = false;
 
   // An even split of `n` entries of dimension `dim` (n divisible by size, checked by the
   // caller); whole when size is 1.
   ShardRange split(int dim, std::int64_t n) const;
   // The vocabulary split: as even as it goes, the first `n % size` ranks one row longer.
   ShardRange split_vocab(std::int64_t n) const;
+  // The experts of `n` this rank holds, as [first, first + count): vLLM's expert map under
+  // expert parallelism (as even as it goes, the first `n % size` ranks one more), else all.
+  struct Experts {
+    std::int64_t first = 0, count = 0;
+    bool holds(std::int64_t expert) const { return expert >= first && expert < first + count; }
+  };
+  Experts local_experts(std::int64_t n) const;
 };
 
 struct CheckpointSlot {

@@ -21,7 +21,7 @@ std::string self_binary(const std::string& fallback) {
 
 // Refuses a model that does not split `size` ways before any process is started: the message
 // then comes from rank 0, at once, rather than from every rank after the group has formed.
-void check_model_splits(const std::string& model_dir, int size) {
+void check_model_splits(const std::string& model_dir, int size, bool expert_parallel) {
   model_loader::ModelConfig config;
   try {
     config = model_loader::ModelConfig::load(model_dir);
@@ -30,7 +30,7 @@ void check_model_splits(const std::string& model_dir, int size) {
   }
   model_loader::ArchitectureRegistry::builtin()
       .find(config.architecture_name())
-      .weight_mapping(config, {0, size});
+      .weight_mapping(config, {0, size, expert_parallel});
 }
 
 // "hotswap-worker rank R ready: model <endpoint>; weights <endpoint>"
@@ -56,7 +56,7 @@ TensorParallelGroup::TensorParallelGroup(const WorkerOptions& options)
     : size_(options.tensor_parallel_size),
       timeout_(options.timeout()),
       peer_bytes_received_(static_cast<std::size_t>(std::max(size_ - 1, 0))) {
-  check_model_splits(options.model, size_);
+  check_model_splits(options.model, size_, options.enable_expert_parallel);
   const int port = transport::pick_free_port();
   const std::string binary = self_binary(options.program);
   for (int r = 1; r < size_; ++r) {

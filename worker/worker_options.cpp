@@ -83,6 +83,9 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "serves and starts the others")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_flag("--enable-expert-parallel", o.enable_expert_parallel,
+               "with --tensor-parallel-size: spread a mixture of experts' experts over the ranks, "
+               "whole (vLLM's expert parallelism), rather than split each expert's width");
   app.add_option("--tensor-parallel-rank", o.tensor_parallel_rank,
                  "internal: set by rank 0 on the rank processes it starts")
       ->group("");

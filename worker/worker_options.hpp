@@ -42,6 +42,9 @@ struct WorkerOptions {
   // process started by hand) serves; it starts the others itself, with the same arguments and
   // the two below, which are not meant to be given by hand.
   int tensor_parallel_size = 1;
+  // vLLM's --enable-expert-parallel: the ranks hold a sparse layer's experts whole, spread over
+  // them, instead of a slice of each expert's width.
+  bool enable_expert_parallel = false;
   int tensor_parallel_rank = 0;
   int tensor_parallel_port = 0;  // the loopback port of the ranks' gloo group (rank 0 hosts it)
   std::vector<std::string> arguments;  // argv[1..], for the rank processes rank 0 starts

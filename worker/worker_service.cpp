@@ -38,6 +38,7 @@ model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
         c10::kCUDA, static_cast<c10::DeviceIndex>(m.device.index() + o.tensor_parallel_rank));
   }
   m.collective_timeout = o.timeout();
+  m.enable_expert_parallel = o.enable_expert_parallel;
   return m;
 }
 
@@ -116,8 +117,10 @@ std::string WorkerService::describe() const {
       << ", backend " << (backend_.empty() ? std::string("none") : backend_) << ", update mode "
       << (options_.update_mode == model_loader::UpdateMode::kStaged ? "staged" : "inplace")
       << ", data-parallel rank " << parallel_.data_parallel_rank << "/"
-      << parallel_.data_parallel_size << ", tensor-parallel size "
-      << parallel_.tensor_parallel_size;
+      << parallel_.data_parallel_size << ", tensor-parallel size " << parallel_.tensor_parallel_size
+      << (options_.enable_expert_parallel && parallel_.tensor_parallel_size > 1
+              ? " (experts spread over the ranks)"
+              : "");
   return out.str();
 }
 

@@ -103,23 +103,37 @@ void write_mixtral(const ModelConfig& c, nlohmann::json& out) {
 // projections, which fill rows of the fused w13 [E, 2·I, H] (gate rows, then up rows, per
 // expert) and w2 [E, H, I]. Under tensor parallelism every rank holds every expert, its I / tp
 // slice: w13 [E, 2·I/tp, H], w2 [E, H, I/tp] (vLLM's fused MoE without expert parallelism).
+// With expert parallelism a rank holds its local experts whole: w13 [E_r, 2·I, H], w2 [E_r, H,
+// I]. Every rank still has a slot for every expert, so that all of them meet in the same
+// collectives when the ranks put the checkpoint back together: another rank's expert keeps
+// nothing here (an empty range, not the primary copy).
 void add_experts(WeightMapping& m, const ModelConfig& c, const std::string& layer, int group,
                  TensorParallelRank tp) {
   const MoeNames names = moe_names(c);
   const std::string block = layer + std::string(names.block) + ".";
   const std::int64_t h = c.hidden_size, i = c.moe_intermediate_size, e = c.num_experts;
-  const std::int64_t li = i / tp.size;  // this rank's share of each expert's width
+  const auto mine = tp.local_experts(e);
+  const bool by_experts = mine.count != e;
+  const std::int64_t li = by_experts ? i : i / tp.size;  // this rank's width of each expert
   m.add_plain(block + "gate.weight", {e, h}, group);
   // Not int8-quantized: the store's int8 scales are per row of a 2-D weight.
-  std::size_t w13 = m.add_param(block + "experts.w13_weight", {e, 2 * li, h}, group, false);
-  std::size_t w2 = m.add_param(block + "experts.w2_weight", {e, h, li}, group, false);
+  std::size_t w13 =
+      m.add_param(block + "experts.w13_weight", {mine.count, 2 * li, h}, group, false);
+  std::size_t w2 = m.add_param(block + "experts.w2_weight", {mine.count, h, li}, group, false);
   for (std::int64_t x = 0; x < e; ++x) {
     const std::string expert = block + "experts." + std::to_string(x) + ".";
-    m.add_slot(expert + std::string(names.gate) + ".weight", {i, h}, w13, x * 2 * li,
-               tp.split(0, i));
-    m.add_slot(expert + std::string(names.up) + ".weight", {i, h}, w13, x * 2 * li + li,
-               tp.split(0, i));
-    m.add_slot(expert + std::string(names.down) + ".weight", {h, i}, w2, x * h, tp.split(1, i));
+    ShardRange gate_up = tp.split(0, i), down = tp.split(1, i);
+    std::int64_t local = x;
+    if (by_experts) {
+      const bool held = mine.holds(x);
+      gate_up = ShardRange{0, 0, held ? i : 0, held};
+      down = ShardRange{0, 0, held ? h : 0, held};
+      local = held ? x - mine.first : 0;
+    }
+    m.add_slot(expert + std::string(names.gate) + ".weight", {i, h}, w13, local * 2 * li, gate_up);
+    m.add_slot(expert + std::string(names.up) + ".weight", {i, h}, w13, local * 2 * li + li,
+               gate_up);
+    m.add_slot(expert + std::string(names.down) + ".weight", {h, i}, w2, local * h, down);
   }
 }
 
@@ -146,7 +160,7 @@ HeadSplit split_heads(const ModelConfig& c, TensorParallelRank tp) {
   return split;
 }
 
-void check_tensor_parallel(const ModelConfig& c, int tp) {
+void check_tensor_parallel(const ModelConfig& c, int tp, bool expert_parallel) {
   if (tp < 1) {
     throw protocol::ValueError("tensor_parallel_size must be at least 1, not " +
                                std::to_string(tp));
@@ -171,7 +185,12 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     (c.is_moe_layer(l) ? sparse : dense) = true;
   if (dense) divisible(c.intermediate_size, "intermediate_size");
-  if (sparse) divisible(c.moe_intermediate_size, "moe_intermediate_size");
+  if (sparse && !expert_parallel) divisible(c.moe_intermediate_size, "moe_intermediate_size");
+  if (sparse && expert_parallel && c.num_experts < tp) {
+    throw protocol::ValueError("expert parallelism spreads a layer's " +
+                               std::to_string(c.num_experts) + " experts over the ranks, but " +
+                               "tensor parallel size (" + std::to_string(tp) + ") is larger");
+  }
   if (c.vocab_size < tp) {
     throw protocol::ValueError("vocab_size (" + std::to_string(c.vocab_size) +
                                ") is smaller than tensor parallel size (" + std::to_string(tp) +
@@ -180,7 +199,7 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
 }
 
 WeightMapping llama_weight_mapping(const ModelConfig& c, TensorParallelRank tp) {
-  check_tensor_parallel(c, tp.size);
+  check_tensor_parallel(c, tp.size, tp.expert_parallel);
   WeightMapping m(static_cast<int>(c.num_hidden_layers) + 2);
   const std::int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
   const HeadSplit heads = split_heads(c, tp);

@@ -57,8 +57,10 @@ struct HeadSplit {
 };
 HeadSplit split_heads(const ModelConfig& config, TensorParallelRank tp);
 
-// A ValueError naming the dimension when `config` cannot be split over `tp_size` ranks.
-void check_tensor_parallel(const ModelConfig& config, int tp_size);
+// A ValueError naming the dimension when `config` cannot be split over `tp_size` ranks (with
+// expert parallelism, experts are spread whole: their width need not split, their count must
+// reach tp_size).
+void check_tensor_parallel(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
 // A LlamaModel with uninitialized weights (defined with the model, in llama_model.cpp).
 std::shared_ptr<ServableModel> create_llama_model(const ModelConfig& config,

@@ -71,16 +71,17 @@ std::shared_ptr<ServableModel> create_llama_model(const ModelConfig& config,
 // ---- the model -----------------------------------------------------------------------------
 
 namespace {
-TensorParallelRank rank_in(const std::shared_ptr<transport::Communicator>& group) {
-  if (!group) return {};
-  return {group->rank(), group->world_size()};
+TensorParallelRank rank_in(const ModelOptions& options) {
+  if (!options.tensor_parallel_group) return {};
+  return {options.tensor_parallel_group->rank(), options.tensor_parallel_group->world_size(),
+          options.enable_expert_parallel};
 }
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
     : config_(std::move(config)),
       options_(std::move(options)),
-      tp_(rank_in(options_.tensor_parallel_group)),
+      tp_(rank_in(options_)),
       heads_(split_heads(config_, tp_)),
       mapping_(llama_weight_mapping(config_, tp_)),
       vocab_(mapping_.find("model.embed_tokens.weight")->shard),
@@ -394,7 +395,11 @@ at::Tensor LlamaModel::logits(const at::Tensor& h) const {
 // token's weight, is added back in expert order, as transformers adds it.
 at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const {
   const ModelConfig& c = config_;
-  const std::int64_t k = c.num_experts_per_tok, inter = c.moe_intermediate_size / tp_.size;
+  const auto mine = tp_.local_experts(c.num_experts);
+  const bool by_experts = mine.count != c.num_experts;
+  const std::int64_t k = c.num_experts_per_tok;
+  const std::int64_t inter =
+      by_experts ? c.moe_intermediate_size : c.moe_intermediate_size / tp_.size;
   // Router logits straight to float32 (transformers rounds them to the activations' dtype
   // first): a near-tie between two experts is then decided as float32 compute decides it.
   at::Tensor probs = at::softmax(linear(x, p.router, at::kFloat), -1);
@@ -415,16 +420,17 @@ at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const 
   // Experts' outputs add up in float32 and are rounded once.
   at::Tensor out = at::zeros_like(x, x.options().dtype(at::kFloat));
   std::int64_t start = 0;
-  for (std::int64_t e = 0; e < c.num_experts; ++e) {
-    if (count[e] == 0) continue;
+  for (std::int64_t e = 0; e < c.num_experts; start += count[e], ++e) {
+    if (count[e] == 0 || !mine.holds(e)) continue;  // another rank's expert: its to run
     at::Tensor tokens = token_of.narrow(0, start, count[e]);
-    at::Tensor gate_up = apply_linear(x.index({tokens}), w13[e]);
+    const std::int64_t local = e - mine.first;
+    at::Tensor gate_up = apply_linear(x.index({tokens}), w13[local]);
     at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-    at::Tensor y = apply_linear(m, w2[e]);
+    at::Tensor y = apply_linear(m, w2[local]);
     out.index_add_(0, tokens, (y * weight_of.narrow(0, start, count[e])).to(at::kFloat));
-    start += count[e];
   }
-  all_reduce(out);  // each rank ran its slice of every expert's width
+  // Each rank ran its slice of every expert's width, or (expert parallelism) its own experts.
+  all_reduce(out);
   return out.to(x.scalar_type());
 }
 

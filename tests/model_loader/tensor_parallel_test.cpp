@@ -192,6 +192,72 @@ BOOST_AUTO_TEST_CASE(a_weight_update_and_sparse_patches_land_on_each_rank_s_slic
   }
 }
 
+BOOST_AUTO_TEST_CASE(experts_spread_whole_over_the_ranks_track_tp_1_and_take_updates) {
+  // vLLM's expert parallelism: each rank holds whole experts (5 experts: ranks hold 3 and 2),
+  // the width of none of them split (moe_intermediate_size 25 does not split 2 ways).
+  for (auto arch : {architectures::kQwen3Moe, architectures::kMixtral}) {
+    auto config = testing::tiny_config(arch);
+    config.num_experts = 5;
+    config.moe_intermediate_size = 25;
+    config = model_loader::ModelConfig::from_json(config.to_json());
+    CheckpointDir old_ckpt(config, 35), new_ckpt(config, 36);
+    const std::string block = arch == architectures::kMixtral
+                                  ? "model.layers.0.block_sparse_moe.experts."
+                                  : "model.layers.0.mlp.experts.";
+    const std::string down = arch == architectures::kMixtral ? "w2" : "down_proj";
+    // One patch on an expert of rank 0 and one on an expert of rank 1.
+    std::vector<model_loader::WeightPatch> patches;
+    for (const std::string expert : {"1", "4"}) {
+      const std::string name = block + expert + "." + down + ".weight";
+      const std::int64_t numel = new_ckpt.open().tensor(name).numel();
+      at::Tensor indices = at::arange(0, numel, 3, at::TensorOptions().dtype(at::kInt));
+      patches.push_back({name, indices, at::arange(indices.numel()).to(at::kFloat) * 0.01});
+    }
+    const at::Tensor before = logits_of(*old_ckpt.load());
+    auto reference = old_ckpt.load();
+    reference->start_reload();
+    reference->load_weights(new_ckpt.tensors());
+    reference->finish_reload();
+    const at::Tensor updated = logits_of(*reference);
+    reference->apply_patches(patches);
+    const at::Tensor patched = logits_of(*reference);
+    const auto expected_sums = reference->checkpoint_checksums();
+
+    std::vector<at::Tensor> got_before(2), got_updated(2), got_patched(2);
+    std::vector<std::int64_t> held(2);
+    std::vector<std::map<std::string, std::string>> sums(2);
+    on_ranks(2, [&](int rank, auto group) {
+      auto options = sharded(group);
+      options.enable_expert_parallel = true;
+      auto model = old_ckpt.load(options);
+      held[rank] = static_cast<std::int64_t>(model->runtime_bytes());
+      got_before[rank] = logits_of(*model);
+      model->start_reload();
+      model->load_weights(new_ckpt.tensors());  // every expert arrives; each rank keeps its own
+      model->finish_reload();
+      got_updated[rank] = logits_of(*model);
+      model->apply_patches(patches);
+      got_patched[rank] = logits_of(*model);
+      sums[rank] = model->checkpoint_checksums();
+    });
+    BOOST_TEST(held[0] > held[1], "rank 0 holds 3 experts, rank 1 two");
+    for (int rank = 0; rank < 2; ++rank) {
+      BOOST_TEST(max_abs_diff(got_before[rank], before) < 1e-4, arch << " rank " << rank);
+      BOOST_TEST(max_abs_diff(got_updated[rank], updated) < 1e-4, arch << " rank " << rank);
+      BOOST_TEST(max_abs_diff(got_patched[rank], patched) < 1e-4, arch << " rank " << rank);
+      BOOST_TEST((sums[rank] == expected_sums), arch << " rank " << rank);
+    }
+  }
+  // A layer's experts must reach every rank.
+  auto few = testing::tiny_config(architectures::kQwen3Moe);  // 4 experts
+  BOOST_CHECK_NO_THROW(model_loader::check_tensor_parallel(few, 4, /*expert_parallel=*/true));
+  few.num_attention_heads = 8;
+  few.num_key_value_heads = 8;
+  BOOST_CHECK_EXCEPTION(
+      model_loader::check_tensor_parallel(few, 8, true), protocol::ValueError,
+      [](const auto& e) { return std::string(e.what()).find("4 experts") != std::string::npos; });
+}
+
 BOOST_AUTO_TEST_CASE(a_config_that_does_not_split_is_refused_naming_the_dimension) {
   auto config = testing::tiny_config(architectures::kLlama);  // 4 heads, 2 KV heads, I = 48
   BOOST_CHECK_NO_THROW(model_loader::check_tensor_parallel(config, 4));
