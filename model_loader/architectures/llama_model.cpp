@@ -421,7 +421,7 @@ at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const 
   at::Tensor out = at::zeros_like(x, x.options().dtype(at::kFloat));
   std::int64_t start = 0;
   for (std::int64_t e = 0; e < c.num_experts; start += count[e], ++e) {
-    if (count[e] == 0 || !mine.holds(e)) continue;  // another rank's expert: its to run
+    if (count[e] == 0 || !mine.holds(e)) continue;  // another rank's expert runs there
     at::Tensor tokens = token_of.narrow(0, start, count[e]);
     const std::int64_t local = e - mine.first;
     at::Tensor gate_up = apply_linear(x.index({tokens}), w13[local]);
