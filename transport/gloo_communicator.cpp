@@ -9,7 +9,11 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
 #include <mutex>
+#include <random>
 
 #include "protocol/errors.hpp"
 #include "transport/exception_text.hpp"
@@ -54,20 +58,61 @@ std::string local_address_towards(const std::string& remote) {
   return local;
 }
 
-int pick_free_port(const std::string& host) {
+namespace {
+
+// The first port of the kernel's ephemeral range; Linux's default when it cannot be read.
+int first_ephemeral_port() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  if (range >> first && first > 0) return first;
+  return 32768;
+}
+
+// The port `port` binds on `address` now (0: the kernel's pick), or 0 when it is taken. No
+// SO_REUSEADDR: a port still in TIME_WAIT counts as taken. Any other failure (an address that is
+// not this host's) throws, naming `host`.
+int bind_probe(sockaddr_in address, int port, const std::string& host) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   HOTSWAP_POSIX_CHECK(fd.get(), "open", "a TCP socket to find a free port");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    if (errno == EADDRINUSE || errno == EACCES) return 0;
+    throw_posix_error(errno, "bind a TCP socket to find a free port on", host);
+  }
+  socklen_t len = sizeof(address);
+  HOTSWAP_POSIX_CHECK(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &len),
+                      "read the port bound on a probe socket", "");
+  return ntohs(address.sin_port);
+}
+
+}  // namespace
+
+int pick_free_port(const std::string& host, int consecutive) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
     throw protocol::ValueError("'" + host + "' is not an IPv4 address");
   }
-  socklen_t len = sizeof(addr);
-  HOTSWAP_POSIX_CHECK(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-                      "bind a TCP socket to find a free port on", host);
-  HOTSWAP_POSIX_CHECK(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len),
-                      "read the port bound on", host);
-  return ntohs(addr.sin_port);
+  if (consecutive < 1 || consecutive > 64) {
+    throw protocol::ValueError("cannot pick " + std::to_string(consecutive) +
+                               " consecutive ports (1 to 64)");
+  }
+  // Below 10000 lie the well-known ports and most services' registered ones.
+  constexpr int kLowest = 10000;
+  const int highest = first_ephemeral_port() - consecutive;
+  const bool below_ephemeral = highest - kLowest >= 1000;
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> candidates(kLowest, std::max(kLowest, highest));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int first = bind_probe(address, below_ephemeral ? candidates(random) : 0, host);
+    if (first == 0 || first + consecutive - 1 > 65535) continue;
+    int free = 1;
+    while (free < consecutive && bind_probe(address, first + free, host) != 0)
+      ++free;
+    if (free == consecutive) return first;
+  }
+  throw protocol::TransferError("found no " + std::to_string(consecutive) +
+                                " consecutive free TCP port(s) on " + host + " in 200 tries");
 }
 
 GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)

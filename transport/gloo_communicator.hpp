@@ -40,8 +40,13 @@ class GlooCommunicator final : public Communicator {
 // The local address this host uses to reach `remote` (loopback for a loopback master).
 std::string local_address_towards(const std::string& remote);
 
-// A TCP port on `host` that was free a moment ago (the kernel's pick), for a rendezvous whose
-// port nobody chose.
-int pick_free_port(const std::string& host = "127.0.0.1");
+// The first of `consecutive` TCP ports on `host` that were free a moment ago, for a rendezvous
+// (or a worker's --port) whose port nobody chose. Picked at random below the kernel's ephemeral
+// range (/proc/sys/net/ipv4/ip_local_port_range), where only someone asking for that very number
+// can take it before its binder gets there: in that range every bind(0) and every outgoing
+// connection of every process may land on it (a test's Python store host, binding its port
+// seconds after the pick, once met a stranger there). Falls back to the kernel's pick when the
+// range leaves no room below it. TransferError when nothing is free.
+int pick_free_port(const std::string& host = "127.0.0.1", int consecutive = 1);
 
 }  // namespace hotswap::transport

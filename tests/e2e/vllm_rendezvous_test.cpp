@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <optional>
+#include <vector>
 
 #include <torch/version.h>
 
@@ -24,17 +26,47 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The "id <hex>" line of the Python peer.
-std::string printed_id(worker::ChildProcess& peer) {
-  auto deadline = std::chrono::steady_clock::now() + 30s;
+// What follows `tag` on the first whole line the Python peer printed that starts with it. It
+// searches all the output so far, so asking for "port" never loses an "id" line read with it.
+// Importing torch can take many seconds on a loaded machine.
+std::string printed(worker::ChildProcess& peer, const std::string& tag) {
+  const std::string wanted = tag + " ";
+  auto deadline = std::chrono::steady_clock::now() + 60s;
   while (std::chrono::steady_clock::now() < deadline) {
-    for (const auto& line : peer.take_lines()) {
-      if (line.starts_with("id ")) return line.substr(3);
+    const std::string& out = peer.output();
+    for (std::size_t begin = 0, end; (end = out.find('\n', begin)) != std::string::npos;
+         begin = end + 1) {
+      if (out.compare(begin, wanted.size(), wanted) == 0) {
+        return out.substr(begin + wanted.size(), end - begin - wanted.size());
+      }
     }
     if (!peer.read_output(100ms) && peer.poll_exit()) break;
   }
-  BOOST_FAIL("the Python peer printed no id: " + peer.output());
+  BOOST_FAIL("the Python peer printed no " + tag + ": " + peer.output());
   return {};
+}
+
+// A failed step says what the peer printed (its traceback, if it died) beside its own error.
+template <class Step>
+auto or_fail_with_peer_output(worker::ChildProcess& peer, Step&& step) {
+  try {
+    return step();
+  } catch (const std::exception& e) {
+    while (peer.read_output(200ms)) {
+    }
+    BOOST_FAIL(std::string(e.what()) + "\nthe Python peer printed: " + peer.output());
+    throw;
+  }
+}
+
+std::string printed_id(worker::ChildProcess& peer) {
+  return printed(peer, "id");
+}
+
+// The Python host binds a free port itself and prints it (see host_store in the peer): a port
+// picked here could be taken by another process before the slow Python start binds it.
+int hosted_port(worker::ChildProcess& peer) {
+  return std::stoi(printed(peer, "port"));
 }
 
 std::string hex(const transport::NcclUniqueId& id) {
@@ -48,10 +80,11 @@ std::string hex(const transport::NcclUniqueId& id) {
 }
 
 // The peer's python has a torch whose store protocol is this build's libtorch's (CMake picks it).
-worker::ChildProcess python_peer(const std::string& role, int port,
+worker::ChildProcess python_peer(const std::string& role, std::optional<int> port = std::nullopt,
                                  const std::string& python = HOTSWAP_STORE_PEER_PYTHON) {
-  return worker::ChildProcess(
-      python, {std::string(HOTSWAP_E2E_DIR) + "/vllm_store_peer.py", role, std::to_string(port)});
+  std::vector<std::string> args{std::string(HOTSWAP_E2E_DIR) + "/vllm_store_peer.py", role};
+  if (port) args.push_back(std::to_string(*port));
+  return worker::ChildProcess(python, args);
 }
 
 }  // namespace
@@ -59,9 +92,11 @@ worker::ChildProcess python_peer(const std::string& role, int port,
 BOOST_AUTO_TEST_SUITE(vllm_rendezvous)
 
 BOOST_AUTO_TEST_CASE(a_worker_rank_reads_the_id_from_a_python_hosted_store) {
-  const int port = transport::pick_free_port();
-  auto peer = python_peer("host", port);
-  transport::RendezvousStore store({"127.0.0.1", port, 1, 2, 30s});  // retries until it is up
+  auto peer = python_peer("host");
+  const int port = hosted_port(peer);
+  auto store = or_fail_with_peer_output(peer, [&] {
+    return transport::RendezvousStore({"127.0.0.1", port, 1, 2, 30s});
+  });
   auto id = transport::unique_id_from_pickle(store.get(transport::stateless_broadcast_key(0, 0)));
   BOOST_TEST(hex(id) == printed_id(peer));
   store.set("hotswap_done", "1");
@@ -86,8 +121,8 @@ BOOST_AUTO_TEST_CASE(a_worker_rank_joins_the_group_vllms_own_trainer_code_hosts)
       TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
   return;
 #endif
-  const int port = transport::pick_free_port();
-  auto peer = python_peer("vllm-host", port, vllm_python);
+  auto peer = python_peer("vllm-host", std::nullopt, vllm_python);
+  const int port = hosted_port(peer);
   transport::RendezvousStore store({"127.0.0.1", port, 1, 2, 60s});
   auto id = transport::unique_id_from_pickle(store.get(transport::stateless_broadcast_key(0, 0)));
   BOOST_TEST(hex(id) == printed_id(peer));
@@ -98,7 +133,7 @@ BOOST_AUTO_TEST_CASE(a_worker_rank_joins_the_group_vllms_own_trainer_code_hosts)
 BOOST_AUTO_TEST_CASE(a_python_rank_unpickles_the_id_from_a_hotswap_hosted_store) {
   const int port = transport::pick_free_port();
   auto peer = python_peer("join", port);
-  transport::RendezvousStore store({"127.0.0.1", port, 0, 2, 30s});  // waits for its registration
+  transport::RendezvousStore store({"127.0.0.1", port, 0, 2, 60s});  // waits for its registration
   transport::NcclUniqueId id{};
   for (std::size_t i = 0; i < id.size(); ++i)
     id[i] = static_cast<std::uint8_t>(i * 29 + 3);
@@ -111,22 +146,27 @@ BOOST_AUTO_TEST_CASE(a_python_rank_unpickles_the_id_from_a_hotswap_hosted_store)
 BOOST_AUTO_TEST_CASE(a_missing_key_times_out_naming_it) {
   const int port = transport::pick_free_port();
   auto peer = python_peer("join", port);  // registers, then waits for an id nobody sets
-  transport::RendezvousStore store({"127.0.0.1", port, 0, 2, 1s});
-  BOOST_CHECK_EXCEPTION(store.get("broadcast_from/0/1"), protocol::TimeoutError, [](const auto& e) {
-    return std::string(e.what()).find("'broadcast_from/0/1' did not appear") != std::string::npos;
-  });
+  // The host waits for the registration (torch 2 fails its constructor at the timeout, and the
+  // Python start is slow); only the read has the short wait.
+  transport::RendezvousStore store({"127.0.0.1", port, 0, 2, 60s});
+  BOOST_CHECK_EXCEPTION(
+      store.get("broadcast_from/0/1", 1s), protocol::TimeoutError, [](const auto& e) {
+        return std::string(e.what()).find("'broadcast_from/0/1' did not appear") !=
+               std::string::npos;
+      });
 }
 
 BOOST_AUTO_TEST_CASE(the_nccl_engine_joins_a_python_hosted_store_then_opens_nccl_on_its_gpu) {
-  const int port = transport::pick_free_port();
-  auto peer = python_peer("host", port);
+  auto peer = python_peer("host");
+  const int port = hosted_port(peer);
   auto factory = receiver::nccl_communicator_factory(c10::Device(c10::kCUDA, 0));
   auto info = protocol::NcclInitInfo::from_json({{"master_address", "127.0.0.1"},
                                                  {"master_port", port},
                                                  {"rank_offset", 1},
                                                  {"world_size", 2}});
-  // The rendezvous is the same everywhere; what follows needs a GPU (and on a GPU machine, a
-  // peer that joins NCCL too, which this Python host never does: a timeout).
+  // The rendezvous is the same everywhere (the store is up: its port was printed, so 5 s is
+  // plenty); what follows needs a GPU (and on a GPU machine, a peer that joins NCCL too, which
+  // this Python host never does: a timeout).
   try {
     factory(info, 1, 5s);
     BOOST_FAIL("an NCCL communicator opened without a peer");

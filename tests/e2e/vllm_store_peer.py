@@ -5,10 +5,11 @@ build takes its torch from; no vLLM, no GPU needed): a TCPStore of world size 2 
 pickled under `broadcast_from/0/0`. vLLM's ctypes ncclUniqueId is recreated under its own module
 path, so the pickle bytes are vLLM's exactly.
 
-    vllm_store_peer.py host PORT   rank 0: host, wait for rank 1, publish an id, print it
+    vllm_store_peer.py host        rank 0: host on a free port and print "port N", publish an
+                                   id, print it (see host_store)
     vllm_store_peer.py join PORT   rank 1: register, read the id rank 0 published, print it
-    vllm_store_peer.py vllm-host PORT
-                                   rank 0 through vLLM's own code, in a python that has vLLM:
+    vllm_store_peer.py vllm-host   rank 0 through vLLM's own code, in a python that has vLLM,
+                                   on a port it prints first ("port N"):
                                    StatelessProcessGroup.create, NCCLLibrary().ncclGetUniqueId(),
                                    broadcast_obj, exactly as vLLM's NCCL trainer engine does
 Each prints "id <hex>" and exits once the C++ side has set the key "hotswap_done".
@@ -17,6 +18,7 @@ Each prints "id <hex>" and exits once the C++ side has set the key "hotswap_done
 import ctypes
 import datetime
 import pickle
+import socket
 import sys
 import time
 import types
@@ -38,10 +40,16 @@ def register_vllm_class():
     sys.modules[MODULE].ncclUniqueId = ncclUniqueId
 
 
-def vllm_host(port):
+def vllm_host():
     from vllm.distributed.device_communicators.pynccl_wrapper import NCCLLibrary
     from vllm.distributed.utils import StatelessProcessGroup
 
+    # create() waits for rank 1 before it returns, so the port is picked here, after the slow
+    # import, and told first: the window in which another process could take it is a moment.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    print("port %d" % port, flush=True)
     group = StatelessProcessGroup.create(host="127.0.0.1", port=port, rank=0, world_size=2,
                                          store_timeout=30)
     uid = NCCLLibrary().ncclGetUniqueId()  # no GPU needed: only NCCL's bootstrap
@@ -52,23 +60,36 @@ def vllm_host(port):
 
 
 def main():
-    role, port = sys.argv[1], int(sys.argv[2])
+    role, port = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
     if role == "vllm-host":
-        return vllm_host(port)
+        return vllm_host()
     register_vllm_class()
     timeout = datetime.timedelta(seconds=30)
-    store = TCPStore("127.0.0.1", port, 2, role == "host", timeout)
     if role == "host":
+        store = host_store(timeout)
         uid = ncclUniqueId()
         for i in range(128):
             uid.internal[i] = ((i * 53 + 7) % 256) - 128
         store.set("broadcast_from/0/0", pickle.dumps(uid))
     else:
+        store = TCPStore("127.0.0.1", port, 2, False, timeout)
         uid = pickle.loads(store.get("broadcast_from/0/0"))
         assert type(uid) is ncclUniqueId
     print("id " + bytes(b & 0xFF for b in uid.internal).hex(), flush=True)
     store.wait(["hotswap_done"])
     linger_for_the_setter()
+
+
+def host_store(timeout):
+    # A port picked by the test and bound here seconds later (importing torch is slow on a loaded
+    # machine) can be taken in between by any other process's listener or outgoing socket; the
+    # test's rank then met a stranger ("Connection reset by peer", seen once in CI). Binding
+    # port 0 leaves no such window. The constructor must return before the port can be told, so
+    # this host does not wait there for rank 1 as vLLM's does; the rank's own registration and
+    # its wait for the id are unchanged.
+    store = TCPStore("127.0.0.1", 0, 2, True, timeout, wait_for_workers=False)
+    print("port %d" % store.port, flush=True)
+    return store
 
 
 def linger_for_the_setter():

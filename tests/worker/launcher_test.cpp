@@ -1,12 +1,11 @@
 // hotswap-launch with real worker replicas: the ready line, ranks, a killed replica, shutdown.
 #include <boost/test/unit_test.hpp>
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include "model_loader/model_test_support.hpp"
 #include "trainer_sdk/rpc_client.hpp"
+#include "transport/gloo_communicator.hpp"
 #include "worker/child_process.hpp"
 #include "worker/worker_process.hpp"
 
@@ -16,28 +15,9 @@ using nlohmann::json;
 
 namespace {
 
-bool port_free(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// Two consecutive free loopback ports.
-int free_port_pair() {
-  for (int port = 20000 + (::getpid() * 7) % 30000; port < 60000; port += 2) {
-    if (port_free(port) && port_free(port + 1)) return port;
-  }
-  throw std::runtime_error("no two consecutive free ports");
-}
-
 struct Launch {
   testing::CheckpointDir ckpt{testing::tiny_config(model_loader::architectures::kLlama), 1300};
-  int base = free_port_pair();
+  int base = transport::pick_free_port("127.0.0.1", 2);  // replica r serves base + r
   worker::ChildProcess launcher;
   json ready;
 

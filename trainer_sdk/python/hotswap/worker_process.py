@@ -3,6 +3,7 @@ single-host jobs. The worker dies with the process that started it (PR_SET_PDEAT
 leaving the `with` block stops it, on every exit path."""
 
 import ctypes
+import random
 import signal
 import socket
 import subprocess
@@ -16,10 +17,27 @@ _PR_SET_PDEATHSIG = 1
 
 
 def free_port(host="127.0.0.1"):
-    """A TCP port free on `host` right now: for a gloo or nccl rendezvous (master_port)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port free on `host` right now: for a gloo or nccl rendezvous (master_port).
+
+    Picked at random below the kernel's ephemeral range, as hotswap's C++ pick_free_port does:
+    there only someone asking for that very number can take it before the rendezvous binds it,
+    while in the range any bind(0) or outgoing connection of any process may land on it."""
+    lowest, first_ephemeral = 10000, 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    below_ephemeral = first_ephemeral - lowest >= 1000
+    for _ in range(200):
+        port = random.randrange(lowest, first_ephemeral) if below_ephemeral else 0
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(f"found no free TCP port on {host} in 200 tries")
 
 
 def _die_with_parent():
