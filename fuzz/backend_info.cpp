@@ -49,19 +49,13 @@ void check(const protocol::NcclInitInfo& info) {
                      info.nccl_unique_id.size() == protocol::kNcclUniqueIdBytes);
   HOTSWAP_FUZZ_CHECK(info.packing.packed_buffer_size_bytes > 0);
   HOTSWAP_FUZZ_CHECK(info.packing.packed_num_buffers >= 1);
+  HOTSWAP_FUZZ_CHECK(!info.use_load_plan || info.metadata.has_value());
+  if (info.metadata) check_params(*info.metadata);
   check_round_trip(info);
-}
-
-// hotswap's `sender_ranks`: none, or one trainer rank per name.
-void check_senders(const std::vector<std::int64_t>& senders, std::size_t params) {
-  HOTSWAP_FUZZ_CHECK(senders.empty() || senders.size() == params);
-  for (std::int64_t rank : senders)
-    HOTSWAP_FUZZ_CHECK(rank >= 0);
 }
 
 void check(const protocol::NcclUpdateInfo& info) {
   check_params(info.params);
-  check_senders(info.sender_ranks, info.params.size());
   HOTSWAP_FUZZ_CHECK(!info.packed_buffer_size_bytes || *info.packed_buffer_size_bytes > 0);
   HOTSWAP_FUZZ_CHECK(!info.packed_num_buffers || *info.packed_num_buffers >= 1);
   check_round_trip(info);
@@ -69,7 +63,6 @@ void check(const protocol::NcclUpdateInfo& info) {
 
 void check(const protocol::SparseNcclUpdateInfo& info) {
   check_params(info.params);
-  check_senders(info.sender_ranks, info.params.size());
   HOTSWAP_FUZZ_CHECK(!info.num_updates_list.empty());
   HOTSWAP_FUZZ_CHECK(info.num_updates_list.size() == info.params.size());
   for (std::size_t i = 0; i < info.params.size(); ++i) {

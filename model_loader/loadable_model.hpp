@@ -24,6 +24,8 @@ struct WeightPatch {
   std::string name;
   at::Tensor indices;
   at::Tensor values;
+  // The full checkpoint shape the sender declared (vLLM's update `shapes`); empty: not checked.
+  std::vector<std::int64_t> shape = {};
 };
 
 class LoadableModel {

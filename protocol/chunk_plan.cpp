@@ -12,26 +12,14 @@ void append(Chunk& chunk, std::size_t index, std::uint64_t size) {
 
 }  // namespace
 
-ChunkPlan plan_nccl_chunks(std::span<const ParamMeta> params, std::uint64_t buffer_size_bytes,
-                           std::span<const std::int64_t> sender_ranks) {
-  if (!sender_ranks.empty() && sender_ranks.size() != params.size()) {
-    throw ValueError("sender_ranks names " + std::to_string(sender_ranks.size()) + " senders for " +
-                     std::to_string(params.size()) + " parameters");
-  }
+ChunkPlan plan_nccl_chunks(std::span<const ParamMeta> params, std::uint64_t buffer_size_bytes) {
   ChunkPlan plan;
   Chunk current;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const std::int64_t sender = sender_ranks.empty() ? 0 : sender_ranks[i];
-    if (sender != current.sender_rank) {
-      if (!current.slices.empty()) plan.push_back(std::move(current));
-      current = Chunk{};
-      current.sender_rank = sender;
-    }
     append(current, i, params[i].nbytes());
     if (current.size_bytes > buffer_size_bytes) {
       plan.push_back(std::move(current));
       current = Chunk{};
-      current.sender_rank = sender;
     }
   }
   if (!current.slices.empty()) plan.push_back(std::move(current));

@@ -21,7 +21,6 @@ struct ChunkSlice {
 struct Chunk {
   std::vector<ChunkSlice> slices;  // consecutive parameters, in metadata order
   std::uint64_t size_bytes = 0;
-  std::int64_t sender_rank = 0;  // the trainer rank that broadcasts it (protocol/sender_ranks)
 };
 
 using ChunkPlan = std::vector<Chunk>;
@@ -30,12 +29,9 @@ using ChunkPlan = std::vector<Chunk>;
 // right after the tensor that pushes its total strictly past `buffer_size_bytes`. So a chunk
 // may exceed the limit by its last tensor, an oversize tensor ends its own chunk, zero-byte
 // tensors ride along, the final chunk holds any remainder, and no parameters means no chunks.
-//
-// With `sender_ranks` (one per parameter, hotswap's extension), a chunk never mixes senders: the
-// rule runs afresh on each run of consecutive parameters that share a sender. Empty, or all one
-// rank, gives vLLM's plan.
-ChunkPlan plan_nccl_chunks(std::span<const ParamMeta> params, std::uint64_t buffer_size_bytes,
-                           std::span<const std::int64_t> sender_ranks = {});
+// With several broadcasters, each update_weights call carries one broadcaster's parameters and
+// the rule runs on each call's list alone (vLLM 0.34).
+ChunkPlan plan_nccl_chunks(std::span<const ParamMeta> params, std::uint64_t buffer_size_bytes);
 
 // vLLM's IPC rule: one buffer of `buffer_size_bytes` reused for every chunk, so a chunk is
 // flushed *before* a tensor that would overflow it and never exceeds the buffer. A tensor larger

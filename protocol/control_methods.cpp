@@ -24,6 +24,9 @@ void new_version(const json& params) {
 void pause(const json& params) {
   PauseParams::from_json(params);
 }
+void abort_requests(const json& params) {
+  AbortRequestsParams::from_json(params);
+}
 void world_size(const json& params) {
   WorldSizeParams::from_json(params);
 }
@@ -66,7 +69,8 @@ const std::vector<ControlMethod>& control_methods() {
                            any_object),
       weight_transfer_call(kUpdateWeights, "/update_weights", "update", update_info),
       weight_transfer_call(kFinishWeightUpdate, "/finish_weight_update", "finish", weight_version),
-      // Setting a version is instant: answered on the socket's thread.
+      // Setting a version is instant: answered on the socket's thread. vLLM 0.34 times it under
+      // no operation.
       {kUpdateWeightVersion,
        V::kPost,
        "/update_weight_version",
@@ -74,12 +78,13 @@ const std::vector<ControlMethod>& control_methods() {
        true,
        false,
        false,
-       "set_version",
+       "",
        new_version},
       {kWeightInfo, V::kGet, "/weight_info", {}, false, false, false, "", any_object},
       {kPause, V::kPost, "/pause", {"mode", "clear_cache"}, false, true, false, "", pause},
       {kResume, V::kPost, "/resume", {}, true, false, false, "", any_object},
       {kIsPaused, V::kGet, "/is_paused", {}, false, false, false, "", any_object},
+      {kAbortRequests, V::kPost, "/abort_requests", {}, true, false, false, "", abort_requests},
       {kGetWorldSize,
        V::kGet,
        "/get_world_size",

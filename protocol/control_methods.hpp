@@ -26,6 +26,7 @@ inline constexpr std::string_view kWeightInfo = "weight_info";
 inline constexpr std::string_view kPause = "pause";
 inline constexpr std::string_view kResume = "resume";
 inline constexpr std::string_view kIsPaused = "is_paused";
+inline constexpr std::string_view kAbortRequests = "abort_requests";
 inline constexpr std::string_view kGetWorldSize = "get_world_size";
 inline constexpr std::string_view kWeightChecker = "weight_checker";
 inline constexpr std::string_view kGenerate = "generate";

@@ -9,18 +9,22 @@ struct KindInfo {
   ErrorKind kind;
   int code;
   std::string_view type;
+  int http_status;
 };
 
-// The one table that maps error kinds to JSON-RPC codes and back.
+// The one table that maps error kinds to JSON-RPC codes, HTTP statuses, and back. vLLM 0.34
+// answers bad input with 400, an unknown route 404, and an engine's RuntimeError (wrong state or
+// order included) with 500; a worker that asks to be retried later (overloaded, generation
+// paused) with 503.
 constexpr std::array<KindInfo, 8> kKinds{{
-    {ErrorKind::kParseError, kParseErrorCode, "ParseError"},
-    {ErrorKind::kInvalidRequest, kInvalidRequestCode, "InvalidRequest"},
-    {ErrorKind::kMethodNotFound, kMethodNotFoundCode, "MethodNotFound"},
-    {ErrorKind::kValueError, kInvalidParamsCode, "ValueError"},
-    {ErrorKind::kRuntimeError, kWrongStateCode, "RuntimeError"},
-    {ErrorKind::kTimeoutError, kTransferFailedCode, "TimeoutError"},
-    {ErrorKind::kTransferError, kTransferFailedCode, "TransferError"},
-    {ErrorKind::kOverloaded, kOverloadedCode, "OverloadedError"},
+    {ErrorKind::kParseError, kParseErrorCode, "ParseError", 400},
+    {ErrorKind::kInvalidRequest, kInvalidRequestCode, "InvalidRequest", 400},
+    {ErrorKind::kMethodNotFound, kMethodNotFoundCode, "MethodNotFound", 404},
+    {ErrorKind::kValueError, kInvalidParamsCode, "ValueError", 400},
+    {ErrorKind::kRuntimeError, kWrongStateCode, "RuntimeError", 500},
+    {ErrorKind::kTimeoutError, kTransferFailedCode, "TimeoutError", 500},
+    {ErrorKind::kTransferError, kTransferFailedCode, "TransferError", 500},
+    {ErrorKind::kOverloaded, kOverloadedCode, "OverloadedError", 503},
 }};
 
 const KindInfo& info(ErrorKind kind) noexcept {
@@ -34,6 +38,15 @@ const KindInfo& info(ErrorKind kind) noexcept {
 
 int error_code(ErrorKind kind) noexcept {
   return info(kind).code;
+}
+
+int http_status(ErrorKind kind) noexcept {
+  return info(kind).http_status;
+}
+
+int http_status(const std::exception& e) noexcept {
+  const auto* typed = dynamic_cast<const Error*>(&e);
+  return typed ? http_status(typed->kind()) : 500;
 }
 
 std::string_view error_type_name(ErrorKind kind) noexcept {

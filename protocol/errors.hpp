@@ -19,7 +19,7 @@ enum class ErrorKind {
   kRuntimeError,    // wrong state or order (vLLM's RuntimeError)
   kTimeoutError,    // a blocking wait ran past its timeout
   kTransferError,   // the data plane failed mid-way
-  kOverloaded,      // the worker's queue is full: try again later (HTTP 503)
+  kOverloaded,      // try again later (HTTP 503): the queue is full, or generation is paused
 };
 
 class Error : public std::runtime_error {
@@ -58,6 +58,11 @@ inline constexpr int kOverloadedCode = -32002;
 
 // The JSON-RPC code for an error kind.
 int error_code(ErrorKind kind) noexcept;
+
+// The HTTP status of an error of `kind`, on every route (vLLM 0.34's): 400, 404, 500 or 503.
+int http_status(ErrorKind kind) noexcept;
+// The same for any exception: 500 for one of no known kind.
+int http_status(const std::exception& e) noexcept;
 
 // The name carried in `error.data.type`: "ValueError", "RuntimeError", ...
 std::string_view error_type_name(ErrorKind kind) noexcept;

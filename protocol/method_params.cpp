@@ -135,6 +135,8 @@ GenerateParams GenerateParams::from_json(const json& params) {
       wrong("logprobs", "a non-negative integer or a boolean", *logprobs);
     }
   }
+  p.request_id = string(params, "request_id");
+  p.return_weight_versions = boolean(params, "return_weight_versions", p.return_weight_versions);
   return p;
 }
 
@@ -185,7 +187,8 @@ std::vector<CompletionPrompt> completion_prompts(const json* prompt) {
 }
 
 // The fields of vLLM's CompletionRequest.
-const std::array<std::string_view, 24> kCompletionFields{"model",
+const std::array<std::string_view, 25> kCompletionFields{"return_weight_versions",
+                                                         "model",
                                                          "prompt",
                                                          "max_tokens",
                                                          "temperature",
@@ -339,12 +342,26 @@ CompletionParams CompletionParams::from_json(const json& params) {
   p.skip_special_tokens = boolean(params, "skip_special_tokens", p.skip_special_tokens);
   p.add_special_tokens = boolean(params, "add_special_tokens", p.add_special_tokens);
   p.return_token_ids = boolean(params, "return_token_ids", p.return_token_ids);
+  p.return_weight_versions = boolean(params, "return_weight_versions", p.return_weight_versions);
+  p.request_id = string(params, "request_id");
   p.return_tokens_as_token_ids =
       boolean(params, "return_tokens_as_token_ids", p.return_tokens_as_token_ids);
   if (p.max_tokens == 0 && !p.echo) throw ValueError("max_tokens must be at least 1, got 0.");
   string(params, "user");
   string(params, "request_id");
   integer(params, "priority", 0);
+  return p;
+}
+
+AbortRequestsParams AbortRequestsParams::from_json(const json& params) {
+  AbortRequestsParams p;
+  const json* ids = field(params, "request_ids");
+  if (ids == nullptr) return p;
+  if (!ids->is_array()) wrong("request_ids", "a list of request ids", *ids);
+  for (const auto& id : *ids) {
+    if (!id.is_string()) wrong("request_ids", "a list of strings", *ids);
+    p.request_ids.push_back(id.get<std::string>());
+  }
   return p;
 }
 

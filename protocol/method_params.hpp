@@ -25,6 +25,10 @@ struct GenerateParams {
   std::optional<std::uint64_t> seed;
   std::vector<std::int64_t> stop_token_ids;
   bool logprobs = false;  // vLLM's count of alternatives; hotswap returns the sampled token's
+  // hotswap's extensions: the id `abort_requests` names it by (one is made up when absent), and
+  // whether the result carries its `weight_versions` spans (null when false).
+  std::optional<std::string> request_id;
+  bool return_weight_versions = true;
 
   static GenerateParams from_json(const nlohmann::json& params);
 };
@@ -84,12 +88,24 @@ struct CompletionParams {
   bool add_special_tokens = true;
   bool return_token_ids = false;
   bool return_tokens_as_token_ids = false;
+  // vLLM 0.34: each choice's `weight_versions` spans over its output tokens (null when false).
+  bool return_weight_versions = false;
+  // vLLM's `request_id`: the completion's id is "cmpl-<request_id>" (random when absent), the
+  // external id `abort_requests` names.
+  std::optional<std::string> request_id;
   std::vector<std::string> ignored_fields;
 
   static CompletionParams from_json(const nlohmann::json& params);
 };
 
 // `models`: GET /v1/models takes nothing.
+
+// `abort_requests {request_ids}`: vLLM 0.34's body; empty or absent aborts everything in flight.
+struct AbortRequestsParams {
+  std::vector<std::string> request_ids;
+
+  static AbortRequestsParams from_json(const nlohmann::json& params);
+};
 
 // `pause {mode: abort|wait|keep, clear_cache}`.
 struct PauseParams {

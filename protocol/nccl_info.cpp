@@ -1,9 +1,10 @@
 #include "protocol/nccl_info.hpp"
 
+#include <algorithm>
+
 #include "protocol/base64.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/json_fields.hpp"
-#include "protocol/sender_ranks.hpp"
 
 namespace hotswap::protocol {
 namespace {
@@ -29,7 +30,7 @@ NcclInitInfo NcclInitInfo::from_json(const nlohmann::json& object) {
   JsonFields fields(
       object, kInitType,
       {"master_address", "master_port", "rank_offset", "world_size", "nccl_unique_id_b64", "packed",
-       "packed_buffer_size_bytes", "packed_num_buffers"},
+       "packed_buffer_size_bytes", "packed_num_buffers", "use_load_plan", "metadata"},
       /*keyword_only=*/true);
   NcclInitInfo info;
   info.master_address = fields.optional_string("master_address");
@@ -37,6 +38,10 @@ NcclInitInfo NcclInitInfo::from_json(const nlohmann::json& object) {
   info.rank_offset = fields.required_int("rank_offset");
   info.world_size = fields.required_int("world_size");
   info.nccl_unique_id_b64 = fields.optional_string("nccl_unique_id_b64");
+  // vLLM 0.34 tests the id with bool(): an empty string is no id.
+  if (info.nccl_unique_id_b64 && info.nccl_unique_id_b64->empty()) info.nccl_unique_id_b64.reset();
+  info.use_load_plan = fields.optional_bool("use_load_plan").value_or(false);
+  auto metadata = fields.optional_value("metadata");
   auto buffer_size = fields.optional_int("packed_buffer_size_bytes");
   auto num_buffers = fields.optional_int("packed_num_buffers");
   info.packing.packed = fields.optional_bool("packed").value_or(false);
@@ -87,6 +92,12 @@ NcclInitInfo NcclInitInfo::from_json(const nlohmann::json& object) {
                      std::to_string(info.rank_offset));
   }
   check_packing_geometry(kInitType, buffer_size, num_buffers);
+  if (metadata) info.metadata = params_from_triples(kInitType, "metadata", *metadata);
+  if (info.use_load_plan && (!info.metadata || info.metadata->empty())) {  // vLLM: not metadata
+    throw ValueError(
+        "NCCL weight transfer: use_load_plan needs the trainer's metadata in the "
+        "init info");
+  }
   if (buffer_size) info.packing.packed_buffer_size_bytes = *buffer_size;
   if (num_buffers) info.packing.packed_num_buffers = *num_buffers;
   return info;
@@ -102,6 +113,9 @@ nlohmann::json NcclInitInfo::to_json() const {
   out["packed"] = packing.packed;
   out["packed_buffer_size_bytes"] = packing.packed_buffer_size_bytes;
   out["packed_num_buffers"] = packing.packed_num_buffers;
+  // Only when set: a vLLM 0.33 worker refuses the key, and false is its behaviour anyway.
+  if (use_load_plan) out["use_load_plan"] = true;
+  if (metadata) out["metadata"] = params_to_triples(*metadata);
   return out;
 }
 
@@ -116,7 +130,7 @@ PackingParams NcclUpdateInfo::packing(const PackingParams& handshake) const {
 NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
   JsonFields fields(object, kUpdateType,
                     {"names", "dtype_names", "shapes", "packed", "packed_buffer_size_bytes",
-                     "packed_num_buffers", "is_checkpoint_format", kSenderRanksField});
+                     "packed_num_buffers", "is_checkpoint_format", "src"});
   // vLLM 0.33 defaults each list to empty: all three empty means "the previous round's
   // metadata" (the trainer sends that when nothing changed; the engine keeps the last lists).
   std::vector<std::string> names, dtype_names;
@@ -129,7 +143,7 @@ NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
   info.packed_buffer_size_bytes = fields.optional_int("packed_buffer_size_bytes");
   info.packed_num_buffers = fields.optional_int("packed_num_buffers");
   (void)fields.optional_bool("is_checkpoint_format");  // E1: accepted, checked, ignored
-  info.sender_ranks = read_sender_ranks(fields, names.size());
+  info.src = fields.optional_int("src").value_or(0);
   fields.finish();
   info.params = params_from_lists(kUpdateType, names, dtype_names, shapes);
   check_packing_geometry(kUpdateType, info.packed_buffer_size_bytes, info.packed_num_buffers);
@@ -139,11 +153,36 @@ NcclUpdateInfo NcclUpdateInfo::from_json(const nlohmann::json& object) {
 nlohmann::json NcclUpdateInfo::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   write_param_lists(params, out);
-  write_sender_ranks(sender_ranks, out);
+  if (src != 0) out["src"] = src;  // vLLM's trainer drops a src of 0: 0.33's payload
   if (packed) out["packed"] = *packed;
   if (packed_buffer_size_bytes) out["packed_buffer_size_bytes"] = *packed_buffer_size_bytes;
   if (packed_num_buffers) out["packed_num_buffers"] = *packed_num_buffers;
   return out;
+}
+
+void check_update_src(std::int64_t src, std::int64_t rank_offset) {
+  if (src < 0 || src >= rank_offset) {
+    throw ValueError("NCCL update src must be a sender rank in [0, " + std::to_string(rank_offset) +
+                     "), got " + std::to_string(src) + ".");
+  }
+}
+
+void check_against_load_plan(const std::vector<ParamMeta>& manifest,
+                             const std::vector<ParamMeta>& update) {
+  // vLLM's words: a dtype as torch prints it, a shape as a Python list.
+  auto described = [](const ParamMeta& m) {
+    return "(torch." + std::string(dtype_name(m.dtype)) + ", " + shape_to_string(m.shape) + ")";
+  };
+  for (const auto& p : update) {
+    auto it = std::find_if(manifest.begin(), manifest.end(),
+                           [&p](const ParamMeta& m) { return m.name == p.name; });
+    if (it != manifest.end() && it->dtype == p.dtype && it->shape == p.shape) continue;
+    const std::string problem = it == manifest.end()
+                                    ? "was not declared in the metadata sent at init"
+                                    : "was declared at init as " + described(*it);
+    throw ValueError("NCCL weight transfer: '" + p.name + "' sent as " + described(p) + " " +
+                     problem + "; with use_load_plan, re-init the engine to re-plan");
+  }
 }
 
 }  // namespace hotswap::protocol

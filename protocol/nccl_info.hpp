@@ -39,6 +39,11 @@ struct NcclInitInfo {
   std::optional<std::string> nccl_unique_id_b64;
   std::vector<std::uint8_t> nccl_unique_id;  // the 128 decoded bytes when the uid is given
   PackingParams packing;
+  // vLLM 0.34: check every later update against `metadata`, the manifest of every tensor the
+  // trainer will send (vLLM writes through a load plan built from it; hotswap has no such mode
+  // and checks instead: docs/architecture.md). Dense backends only; `metadata` is required then.
+  bool use_load_plan = false;
+  std::optional<std::vector<ParamMeta>> metadata;
 
   bool uses_unique_id() const { return nccl_unique_id_b64.has_value(); }
 
@@ -51,9 +56,9 @@ struct NcclUpdateInfo {
   // Empty (every list empty or absent): reuse the previous round's metadata, as vLLM 0.33's
   // worker does; before any round, a round of no parameters.
   std::vector<ParamMeta> params;
-  // hotswap's extension: the trainer rank that sends each parameter (protocol/sender_ranks.hpp);
-  // empty means rank 0 sends everything, as with vLLM's trainers.
-  std::vector<std::int64_t> sender_ranks;
+  // vLLM 0.34: the group rank that broadcasts every name of this call, 0 .. rank_offset - 1
+  // (checked by the engine, which knows rank_offset). Absent means 0, as 0.33 sends it.
+  std::int64_t src = 0;
   // E1 per-round packing params; unset means "as agreed at the handshake".
   std::optional<bool> packed;
   std::optional<std::int64_t> packed_buffer_size_bytes;
@@ -65,6 +70,14 @@ struct NcclUpdateInfo {
   static NcclUpdateInfo from_json(const nlohmann::json& object);
   nlohmann::json to_json() const;
 };
+
+// vLLM's check of `src` against the handshake's broadcasters, with its message.
+void check_update_src(std::int64_t src, std::int64_t rank_offset);
+
+// With `use_load_plan`: every parameter of an update must be in the init `metadata`, with the
+// same dtype and shape (ValueError naming the first that is not).
+void check_against_load_plan(const std::vector<ParamMeta>& manifest,
+                             const std::vector<ParamMeta>& update);
 
 using GlooInitInfo = NcclInitInfo;
 using GlooUpdateInfo = NcclUpdateInfo;

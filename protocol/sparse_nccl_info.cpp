@@ -2,7 +2,6 @@
 
 #include "protocol/errors.hpp"
 #include "protocol/json_fields.hpp"
-#include "protocol/sender_ranks.hpp"
 
 namespace hotswap::protocol {
 namespace {
@@ -10,14 +9,12 @@ constexpr const char* kUpdateType = "SparseNCCLWeightTransferUpdateInfo";
 }
 
 SparseNcclUpdateInfo SparseNcclUpdateInfo::from_json(const nlohmann::json& object) {
-  JsonFields fields(object, kUpdateType,
-                    {"names", "dtype_names", "shapes", "num_updates_list", kSenderRanksField});
+  JsonFields fields(object, kUpdateType, {"names", "dtype_names", "shapes", "num_updates_list"});
   auto names = fields.required_string_list("names");
   auto dtype_names = fields.required_string_list("dtype_names");
   auto shapes = fields.required_shape_list("shapes");
   auto num_updates = fields.required_int_list("num_updates_list");
   SparseNcclUpdateInfo info;
-  info.sender_ranks = read_sender_ranks(fields, names.size());
   fields.finish();
 
   info.params = params_from_lists(kUpdateType, names, dtype_names, shapes);
@@ -53,7 +50,6 @@ nlohmann::json SparseNcclUpdateInfo::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   write_param_lists(params, out);
   out["num_updates_list"] = num_updates_list;
-  write_sender_ranks(sender_ranks, out);
   return out;
 }
 

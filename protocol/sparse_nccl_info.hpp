@@ -2,7 +2,8 @@
 // is the nccl one (the trainer ships unpacked defaults: sparse is never packed). On the wire,
 // per parameter in order: a broadcast of `n` int32 flat (row-major) indices into the full
 // checkpoint-shaped tensor, then a broadcast of `n` values of the parameter's dtype.
-// `sparse_gloo` speaks the same protocol over gloo.
+// `sparse_gloo` speaks the same protocol over gloo. Every patch comes from group rank 0; the init
+// info's `use_load_plan` is refused (vLLM 0.34: a dense-only mode).
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,6 @@ namespace hotswap::protocol {
 struct SparseNcclUpdateInfo {
   std::vector<ParamMeta> params;  // dtype of the values, full checkpoint shape
   std::vector<std::int64_t> num_updates_list;
-  // hotswap's extension: the trainer rank that sends each parameter (protocol/sender_ranks.hpp).
-  std::vector<std::int64_t> sender_ranks;
 
   static SparseNcclUpdateInfo from_json(const nlohmann::json& object);
   nlohmann::json to_json() const;

@@ -5,7 +5,6 @@
 #include <future>
 
 #include "protocol/chunk_plan.hpp"
-#include "protocol/sender_ranks.hpp"
 #include "transport/byte_copy.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/receive_pipeline.hpp"
@@ -32,10 +31,11 @@ void BroadcastWeightTransferEngine::init_transfer_channel(const protocol::NcclIn
   communicator_.reset();
   buffers_.clear();
   last_params_.clear();
-  last_senders_.clear();
+  load_plan_.reset();
   communicator_ = factory_(info, rank, context().timeout);
   packing_ = info.packing;
-  trainer_ranks_ = info.rank_offset;
+  broadcasters_ = info.rank_offset;
+  if (info.use_load_plan) load_plan_ = info.metadata;
 }
 
 void BroadcastWeightTransferEngine::start_weight_update() {
@@ -59,19 +59,17 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
                                  "first.");
   }
   auto packing = update_info.packing(packing_);
-  // vLLM 0.33's trainer sends empty lists when the metadata is the previous round's.
-  if (!update_info.params.empty()) {
-    protocol::check_sender_ranks(update_info.sender_ranks, trainer_ranks_);
-    last_params_ = update_info.params;
-    last_senders_ = update_info.sender_ranks;
-  }
-  const auto& params = last_params_;
-  const auto& senders = last_senders_;
+  protocol::check_update_src(update_info.src, broadcasters_);
+  if (load_plan_) protocol::check_against_load_plan(*load_plan_, update_info.params);
+  // vLLM's trainer sends empty lists when the metadata is the previous round's from that src.
+  if (!update_info.params.empty()) last_params_[update_info.src] = update_info.params;
+  const auto& params = last_params_[update_info.src];
+  const int root = static_cast<int>(update_info.src);
   try {
     if (packing.packed) {
-      receive_packed(params, senders, packing);
+      receive_packed(params, root, packing);
     } else {
-      receive_unpacked(params, senders);
+      receive_unpacked(params, root);
     }
   } catch (const protocol::Error& e) {
     // A collective that failed part-way leaves the group out of step: tear it down so the next
@@ -85,13 +83,12 @@ void BroadcastWeightTransferEngine::receive_weights(const protocol::NcclUpdateIn
 }
 
 void BroadcastWeightTransferEngine::receive_unpacked(const std::vector<protocol::ParamMeta>& params,
-                                                     const std::vector<std::int64_t>& senders) {
+                                                     int root) {
   // The next tensor's receive is posted while this one's bytes arrive (transport/
   // receive_pipeline.hpp); each is marked received or loaded once it is whole, in order.
   transport::ReceivePipeline pipeline(*communicator_, context().timeout);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
-    const int root = static_cast<int>(protocol::sender_of(senders, i));
     const auto type = transport::to_scalar_type(p.dtype);
     // Straight into the model's staged copy where it can take the bytes as they are: no
     // receive buffer, no second copy. Otherwise a buffer, and the model converts on load.
@@ -112,10 +109,10 @@ void BroadcastWeightTransferEngine::receive_unpacked(const std::vector<protocol:
 }
 
 void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::ParamMeta>& params,
-                                                   const std::vector<std::int64_t>& senders,
+                                                   int root,
                                                    const protocol::PackingParams& packing) {
   auto plan = protocol::plan_nccl_chunks(
-      params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes), senders);
+      params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes));
   const auto ring = static_cast<std::size_t>(packing.packed_num_buffers);
   if (buffers_.size() != ring) buffers_.assign(ring, at::Tensor());
   // On the CPU, chunk k is unpacked (the model's copy into its rows) on a helper thread while
@@ -142,19 +139,18 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
                          at::TensorOptions().dtype(at::kByte).device(device()));
     }
     at::Tensor received = buffer.narrow(0, 0, bytes);
-    pipeline.receive(received, static_cast<int>(chunk.sender_rank),
-                     [this, &params, &chunk, &unpacking, &join_unpacking, overlap, received] {
-                       add_bytes_received(chunk.size_bytes);
-                       join_unpacking();
-                       if (overlap) {
-                         unpacking =
-                             std::async(std::launch::async, [this, &params, &chunk, received] {
-                               unpack(params, chunk, received);
-                             });
-                       } else {
-                         unpack(params, chunk, received);
-                       }
-                     });
+    pipeline.receive(
+        received, root, [this, &params, &chunk, &unpacking, &join_unpacking, overlap, received] {
+          add_bytes_received(chunk.size_bytes);
+          join_unpacking();
+          if (overlap) {
+            unpacking = std::async(std::launch::async, [this, &params, &chunk, received] {
+              unpack(params, chunk, received);
+            });
+          } else {
+            unpack(params, chunk, received);
+          }
+        });
   }
   pipeline.finish();
   join_unpacking();

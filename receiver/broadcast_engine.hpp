@@ -3,8 +3,10 @@
 // backend with an NCCL one, so the sequencing exists once.
 //
 // Unpacked: one broadcast per parameter, in update_info order, each loaded as it lands.
-// Each parameter (or chunk) comes from the trainer rank `sender_ranks` names, rank 0 when the
-// trainer does not say (protocol/sender_ranks.hpp).
+// Every parameter (or chunk) of one update comes from its `src`, a group rank below
+// rank_offset (vLLM 0.34's several broadcasters; 0 when the trainer does not say). An update of
+// empty lists reuses the metadata of the previous update from the same `src`. With the init's
+// `use_load_plan`, every update must be a subset of the init `metadata`.
 // Packed: uint8 chunks cut by vLLM's chunk rule from the round's metadata alone, received into
 // `packed_num_buffers` reusable buffers; slices whose offset is misaligned for their dtype are
 // copied out, the rest are views. A failure mid-transfer leaves the group unusable: it is torn
@@ -12,7 +14,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,10 +47,8 @@ class BroadcastWeightTransferEngine
   void receive_weights(const protocol::NcclUpdateInfo& update_info) override;
 
  private:
-  void receive_unpacked(const std::vector<protocol::ParamMeta>& params,
-                        const std::vector<std::int64_t>& senders);
-  void receive_packed(const std::vector<protocol::ParamMeta>& params,
-                      const std::vector<std::int64_t>& senders,
+  void receive_unpacked(const std::vector<protocol::ParamMeta>& params, int root);
+  void receive_packed(const std::vector<protocol::ParamMeta>& params, int root,
                       const protocol::PackingParams& packing);
   // Hands one received chunk's tensors to the model (which copies them out of `received`).
   void unpack(const std::vector<protocol::ParamMeta>& params, const protocol::Chunk& chunk,
@@ -55,11 +57,12 @@ class BroadcastWeightTransferEngine
   std::string name_;
   CommunicatorFactory factory_;
   std::unique_ptr<transport::Communicator> communicator_;
-  protocol::PackingParams packing_;               // from the handshake
-  std::int64_t trainer_ranks_ = 1;                // the handshake's rank_offset
-  std::vector<at::Tensor> buffers_;               // packed receive buffers, reused across rounds
-  std::vector<protocol::ParamMeta> last_params_;  // for a round that sends empty lists
-  std::vector<std::int64_t> last_senders_;
+  protocol::PackingParams packing_;  // from the handshake
+  std::int64_t broadcasters_ = 1;    // the handshake's rank_offset: the group ranks that send
+  std::vector<at::Tensor> buffers_;  // packed receive buffers, reused across rounds
+  // For an update that sends empty lists: each src's previous metadata (vLLM keys it so).
+  std::map<std::int64_t, std::vector<protocol::ParamMeta>> last_params_;
+  std::optional<std::vector<protocol::ParamMeta>> load_plan_;  // use_load_plan's manifest
 };
 
 // Opens a GlooCommunicator for a worker rank (a ValueError for unique-id rendezvous).

@@ -4,7 +4,6 @@
 
 #include <utility>
 
-#include "protocol/sender_ranks.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::receiver {
@@ -23,9 +22,11 @@ void SparseBroadcastWeightTransferEngine::init_transfer_channel(
     throw protocol::ValueError("this worker's rank " + std::to_string(rank) +
                                " is outside world_size " + std::to_string(info.world_size));
   }
+  if (info.use_load_plan) {
+    throw protocol::ValueError("use_load_plan is supported by the dense NCCL backend");
+  }
   shutdown();
   communicator_ = factory_(info, rank, context().timeout);
-  trainer_ranks_ = info.rank_offset;
 }
 
 void SparseBroadcastWeightTransferEngine::shutdown() {
@@ -48,7 +49,18 @@ void SparseBroadcastWeightTransferEngine::receive_weights(
                                  std::string(protocol::dtype_name(p.dtype)));
     }
   }
-  protocol::check_sender_ranks(update_info.sender_ranks, trainer_ranks_);
+  // Names, declared shapes (the full checkpoint shape) and storage are checked before the first
+  // collective: a refused round moves no byte.
+  {
+    std::vector<model_loader::WeightPatch> declared;
+    for (const auto& p : update_info.params) {
+      auto options = at::TensorOptions().device(device());
+      declared.push_back({p.name, at::empty({0}, options.dtype(at::kInt)),
+                          at::empty({0}, options.dtype(transport::to_scalar_type(p.dtype))),
+                          p.shape});
+    }
+    model().check_patches(declared);
+  }
   std::vector<model_loader::WeightPatch> patches;
   try {
     for (std::size_t i = 0; i < update_info.params.size(); ++i) {
@@ -57,10 +69,9 @@ void SparseBroadcastWeightTransferEngine::receive_weights(
       auto options = at::TensorOptions().device(device());
       at::Tensor indices = at::empty({n}, options.dtype(at::kInt));
       at::Tensor values = at::empty({n}, options.dtype(transport::to_scalar_type(p.dtype)));
-      const int root = static_cast<int>(protocol::sender_of(update_info.sender_ranks, i));
-      communicator_->broadcast(indices, root, context().timeout);
-      communicator_->broadcast(values, root, context().timeout);
-      patches.push_back({p.name, indices, values});
+      communicator_->broadcast(indices, /*root=*/0, context().timeout);
+      communicator_->broadcast(values, /*root=*/0, context().timeout);
+      patches.push_back({p.name, indices, values, p.shape});
       add_bytes_received(static_cast<std::uint64_t>(indices.nbytes() + values.nbytes()));
     }
   } catch (const protocol::Error& e) {

@@ -33,7 +33,6 @@ class SparseBroadcastWeightTransferEngine
   std::string name_;
   BroadcastWeightTransferEngine::CommunicatorFactory factory_;
   std::unique_ptr<transport::Communicator> communicator_;
-  std::int64_t trainer_ranks_ = 1;                  // the handshake's rank_offset: who may send
   std::vector<model_loader::WeightPatch> pending_;  // this session's, applied at finish
 };
 

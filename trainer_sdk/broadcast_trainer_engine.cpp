@@ -2,10 +2,10 @@
 
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <future>
 
 #include "protocol/chunk_plan.hpp"
-#include "protocol/sender_ranks.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/rank_holdings.hpp"
 #include "trainer_sdk/round_hook.hpp"
@@ -17,11 +17,11 @@
 
 namespace hotswap::trainer_sdk {
 
-protocol::NcclInitInfo BroadcastTransferParams::worker_init_info() const {
+protocol::NcclInitInfo BroadcastTransferParams::worker_init_info(int broadcasters) const {
   protocol::NcclInitInfo info;
   info.master_address = master_address;
   info.master_port = master_port;
-  info.rank_offset = trainer_ranks;
+  info.rank_offset = broadcasters;
   info.world_size = world_size;
   info.packing = protocol::PackingParams{packed, packed_buffer_size_bytes, packed_num_buffers};
   return info;
@@ -58,12 +58,37 @@ std::unique_ptr<Engine> BroadcastTrainerEngine::open(const TrainerInitInfo& info
     throw protocol::ValueError("trainer_ranks must be at least 1, got " +
                                std::to_string(params.trainer_ranks));
   }
-  if (params.world_size < params.trainer_ranks + 1) {
-    throw protocol::ValueError("world_size must count the " + std::to_string(params.trainer_ranks) +
-                               " trainer rank(s) and at least one worker, got " +
-                               std::to_string(params.world_size));
+  // Who joins the group, identically on every rank: with owners in the metadata, rank 0 and
+  // each first owner (vLLM 0.34, ownership errors raised here, before any collective); with
+  // held_names() on several ranks (vLLM 0.33's way), every trainer rank; else rank 0 alone.
+  auto metadata = source->metadata();
+  for (auto& m : metadata)
+    protocol::check_ownership(m);
+  const bool owned = std::any_of(metadata.begin(), metadata.end(),
+                                 [](const protocol::ParamMeta& m) { return m.owners.has_value(); });
+  std::vector<std::int64_t> members{0};
+  std::optional<protocol::BroadcasterPlan> plan;
+  if (owned) {
+    plan = protocol::plan_broadcasters(metadata);
+    members = plan->group_ranks;
+  } else if (params.trainer_ranks > 1) {
+    members.clear();
+    for (int r = 0; r < params.trainer_ranks; ++r)
+      members.push_back(r);
   }
-  if (params.trainer_ranks > 1 && group.nccl_unique_id) {
+  const auto broadcasters = static_cast<int>(members.size());
+  if (params.world_size <= broadcasters) {
+    throw protocol::ValueError("world_size " + std::to_string(params.world_size) +
+                               " leaves no inference workers after the " +
+                               std::to_string(broadcasters) + " broadcasting trainer ranks.");
+  }
+  if (owned && members.back() >= params.trainer_ranks) {
+    throw protocol::ValueError("trainer rank " + std::to_string(members.back()) +
+                               " broadcasts parameters (it is their first owner), but only " +
+                               std::to_string(params.trainer_ranks) +
+                               " trainer rank(s) take part (trainer_ranks)");
+  }
+  if (broadcasters > 1 && group.nccl_unique_id) {
     throw protocol::ValueError(
         "several sending trainer ranks meet through rank 0's TCPStore (master_address, "
         "master_port); NCCL's unique-id rendezvous has none: turn use_unique_id off");
@@ -73,17 +98,18 @@ std::unique_ptr<Engine> BroadcastTrainerEngine::open(const TrainerInitInfo& info
                                " is outside trainer_ranks " + std::to_string(params.trainer_ranks));
   }
   auto engine = std::make_unique<Engine>(client, source, params, info.rank, group);
-  if (params.trainer_ranks == 1) {
-    if (!engine->is_sender()) return engine;  // only rank 0 joins the transfer group
-    engine->communicator_ =
-        open_group_as_sender(client, params.worker_init_info(), group, params.timeout);
-    return engine;
-  }
+  engine->members_ = members;
+  const auto place = std::find(members.begin(), members.end(), info.rank);
+  // Ranks that broadcast nothing stay out of the group: they only iterate their source.
+  if (place == members.end()) return engine;
+  engine->group_rank_ = static_cast<int>(place - members.begin());
+  const auto worker_init = params.worker_init_info(broadcasters);
   engine->communicator_ =
       engine->is_sender()
-          ? open_group_as_sender(client, params.worker_init_info(), group, params.timeout)
-          : open_group_as_member(params.worker_init_info(), info.rank, group, params.timeout);
-  engine->agree_on_senders();
+          ? open_group_as_sender(client, worker_init, group, params.timeout)
+          : open_group_as_member(worker_init, *engine->group_rank_, group, params.timeout);
+  if (broadcasters == 1) return engine;
+  engine->agree_on_senders(plan);
   return engine;
 }
 
@@ -104,7 +130,9 @@ std::unique_ptr<NcclTrainerEngine> NcclTrainerEngine::trainer_init(
 void BroadcastTrainerEngine::send_weights() {
   WeightSource& src = *source();
   auto meta = src.metadata();  // every rank: it may be a collective
-  if (!many_senders() && !is_sender()) {
+  for (auto& m : meta)
+    protocol::check_ownership(m);
+  if (!group_rank_) {
     iterate_without_sending();
     return;
   }
@@ -128,51 +156,76 @@ void BroadcastTrainerEngine::send_weights() {
     }
     return;
   }
+  // The group was sized at trainer_init for rank 0 alone: owners that now name another
+  // broadcaster need a group with it.
+  if (protocol::plan_broadcasters(meta).group_ranks.size() > 1) {
+    throw protocol::ValueError(
+        "metadata() now names broadcasters other than rank 0 (ParamMeta owners), but the group "
+        "formed at trainer_init has rank 0 alone; call trainer_init again on every rank");
+  }
   drive_round(meta);
 }
 
+std::vector<BroadcastTrainerEngine::BroadcastCall> BroadcastTrainerEngine::calls_for(
+    const std::vector<protocol::ParamMeta>& meta) const {
+  if (!many_senders()) {
+    BroadcastCall all;
+    for (std::size_t i = 0; i < meta.size(); ++i)
+      all.indices.push_back(i);
+    return {all};
+  }
+  // vLLM 0.34: one update_weights per broadcaster, in ascending order, each with its own
+  // parameters in metadata order.
+  std::vector<BroadcastCall> calls(members_.size());
+  for (std::size_t g = 0; g < calls.size(); ++g)
+    calls[g].src = static_cast<std::int64_t>(g);
+  for (std::size_t i = 0; i < meta.size(); ++i)
+    calls[static_cast<std::size_t>(senders_[i])].indices.push_back(i);
+  std::erase_if(calls, [](const BroadcastCall& c) { return c.indices.empty(); });
+  return calls;
+}
+
 void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>& meta) {
-  nlohmann::json update_info = nlohmann::json::object();
-  protocol::write_param_lists(meta, update_info);
-  if (many_senders()) protocol::write_sender_ranks(senders_, update_info);
   client().start_weight_update();
   reach(RoundPoint::kStarted);
-  auto shared_client = client_shared();
-  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
-  // A request the worker rejected before any collective must not leave us blocked in one.
-  update.rethrow_if_failed();
+  reached_mid_update_ = false;
   // The other trainer ranks wait for this before their first collective, so that a slow start
   // (generation draining) does not count against their broadcast timeout.
   if (many_senders()) communicator_->store()->set(round_key("started"), "1");
-  try {
-    transmit(meta);
-  } catch (...) {
-    // Never wait for the update call here: the worker is blocked in the matching collective.
-    // With many senders, a peer that failed first broke the group: its account is the cause
-    // (and send_as_rank_zero tears the group down, after telling the other ranks).
-    if (many_senders()) {
-      if (auto cause = peer_failure()) throw protocol::TransferError(*cause);
+  CheckedStream stream(source()->iter(), meta, group_.tensor_device(), share_);
+  auto shared_client = client_shared();
+  for (const auto& call : calls_for(meta)) {
+    nlohmann::json update_info = nlohmann::json::object();
+    std::vector<protocol::ParamMeta> subset;
+    for (auto i : call.indices)
+      subset.push_back(meta[i]);
+    protocol::write_param_lists(subset, update_info);
+    if (call.src != 0) update_info["src"] = call.src;  // 0: vLLM 0.33's payload exactly
+    AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+    // A request the worker rejected before any collective must not leave us blocked in one.
+    update.rethrow_if_failed();
+    try {
+      transmit(stream, meta, call);
+    } catch (...) {
+      // Never wait for the update call here: the worker is blocked in the matching collective.
+      // With many senders, a peer that failed first broke the group: its account is the cause
+      // (and send_as_rank_zero tears the group down, after telling the other ranks).
+      if (many_senders()) {
+        if (auto cause = peer_failure()) throw protocol::TransferError(*cause);
+        throw;
+      }
+      communicator_->abort();
+      communicator_.reset();
       throw;
     }
-    communicator_->abort();
-    communicator_.reset();
-    throw;
+    update.wait(info_.timeout, "update_weights");
   }
-  update.wait(info_.timeout, "update_weights");
+  stream.finish();
   // Every rank's pass must have ended cleanly (its source ended with the metadata, too) before
   // the workers commit. If one did not, the workers hold a session that will never finish: end
-  // it (best effort; a new init would too), so that they report idle on their old weights.
-  if (many_senders()) {
-    try {
-      await_other_ranks();
-    } catch (...) {
-      try {
-        client().shutdown_weight_transfer_engine();
-      } catch (const std::exception&) {
-      }
-      throw;
-    }
-  }
+  // it: the next trainer_init does (a worker refuses to shut the engine down mid-session, as
+  // vLLM 0.34 does), and until then the workers serve their old weights.
+  if (many_senders()) await_other_ranks();
   reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(round_version());
 }
@@ -184,11 +237,13 @@ std::string BroadcastTrainerEngine::round_key(const std::string& what) const {
 nlohmann::json BroadcastTrainerEngine::wire_settings() const {
   return {{"world_size", info_.world_size},
           {"trainer_ranks", info_.trainer_ranks},
+          {"members", members_},
           {"packed", info_.packed},
           {"packed_buffer_size_bytes", info_.packed_buffer_size_bytes}};
 }
 
-void BroadcastTrainerEngine::agree_on_senders() {
+void BroadcastTrainerEngine::agree_on_senders(
+    const std::optional<protocol::BroadcasterPlan>& plan) {
   transport::RendezvousStore* store = communicator_->store();
   const std::string verdict_key = "hotswap/senders";
   const auto ack_timeout =
@@ -197,7 +252,7 @@ void BroadcastTrainerEngine::agree_on_senders() {
   // Rank r > 0: the verdict, acknowledged so that rank 0 may drop its store once all have read.
   auto read_verdict = [&](std::chrono::milliseconds timeout) {
     auto verdict = nlohmann::json::parse(store->get(verdict_key, timeout));
-    store->set(verdict_key + "/read/" + std::to_string(rank_), "1");
+    store->set(verdict_key + "/read/" + std::to_string(*group_rank_), "1");
     return verdict;
   };
   try {
@@ -208,10 +263,12 @@ void BroadcastTrainerEngine::agree_on_senders() {
     RankHoldings mine;
     try {
       mine.metadata = src.metadata();
+      for (auto& m : mine.metadata)
+        protocol::check_ownership(m);
       if (auto held = src.held_names()) mine.held.emplace(held->begin(), held->end());
     } catch (const std::exception& e) {
       // Say so, so that rank 0 refuses the group at once instead of waiting out its timeout.
-      store->set(holdings_key(rank_),
+      store->set(holdings_key(*group_rank_),
                  nlohmann::json{{"error", transport::one_line_cause(e)}}.dump());
       if (!is_sender()) {
         try {
@@ -221,14 +278,14 @@ void BroadcastTrainerEngine::agree_on_senders() {
       }
       throw;
     }
-    store->set(holdings_key(rank_),
+    store->set(holdings_key(*group_rank_),
                nlohmann::json{{"holdings", mine.to_json()}, {"wire", wire_settings()}}.dump());
     if (is_sender()) {
       try {
         std::vector<RankHoldings> all{mine};
-        for (int r = 1; r < info_.trainer_ranks; ++r) {
-          auto posted = nlohmann::json::parse(store->get(holdings_key(r)));
-          const std::string who = "trainer rank " + std::to_string(r);
+        for (std::size_t g = 1; g < members_.size(); ++g) {
+          auto posted = nlohmann::json::parse(store->get(holdings_key(static_cast<int>(g))));
+          const std::string who = "trainer rank " + std::to_string(members_[g]);
           if (posted.contains("error")) {
             throw protocol::ValueError(
                 who + " could not declare its holdings: " + posted["error"].get<std::string>());
@@ -240,13 +297,14 @@ void BroadcastTrainerEngine::agree_on_senders() {
           }
           all.push_back(RankHoldings::from_json(posted.at("holdings")));
         }
-        senders_ = assign_senders(all);
+        // Owners name the broadcasters (vLLM 0.34); else each name's lowest holder does.
+        senders_ = plan ? plan->src : assign_senders(all);
       } catch (const std::exception& e) {
         store->set(verdict_key, nlohmann::json{{"error", transport::one_line_cause(e)}}.dump());
         // Keep the store up until every rank has read why, so all of them raise the same error.
-        for (int r = 1; r < info_.trainer_ranks; ++r) {
+        for (std::size_t g = 1; g < members_.size(); ++g) {
           try {
-            store->get(verdict_key + "/read/" + std::to_string(r), ack_timeout);
+            store->get(verdict_key + "/read/" + std::to_string(g), ack_timeout);
           } catch (const protocol::Error&) {
           }
         }
@@ -262,7 +320,16 @@ void BroadcastTrainerEngine::agree_on_senders() {
       senders_ = verdict.at("sender_ranks").get<std::vector<std::int64_t>>();
     }
     layout_ = std::move(mine.metadata);
-    share_ = RankShare::of(rank_, layout_, senders_, src.groups());
+    if (plan) {
+      // vLLM 0.34's source yields exactly what this rank owns, which the ownership rules make
+      // its own broadcasts: it visits what it sends.
+      std::vector<bool> sends(layout_.size());
+      for (std::size_t i = 0; i < sends.size(); ++i)
+        sends[i] = senders_[i] == *group_rank_;
+      share_ = RankShare{*group_rank_, sends, sends};
+    } else {
+      share_ = RankShare::of(*group_rank_, layout_, senders_, src.groups());
+    }
   } catch (...) {
     communicator_->abort();
     communicator_.reset();
@@ -274,8 +341,9 @@ void BroadcastTrainerEngine::fail_round(const std::string& cause) {
   if (!communicator_) return;
   if (auto* store = communicator_->store()) {
     try {
-      store->set(is_sender() ? round_key("outcome") : round_key("rank/" + std::to_string(rank_)),
-                 "failed: " + cause);
+      store->set(
+          is_sender() ? round_key("outcome") : round_key("rank/" + std::to_string(*group_rank_)),
+          "failed: " + cause);
     } catch (const protocol::Error&) {
       // The store went with rank 0: the peers learn of the failure from the broken group.
     }
@@ -287,22 +355,23 @@ void BroadcastTrainerEngine::fail_round(const std::string& cause) {
 std::optional<std::string> BroadcastTrainerEngine::peer_failure() const {
   auto* store = communicator_ ? communicator_->store() : nullptr;
   if (store == nullptr) return std::nullopt;
-  for (int r = 1; r < info_.trainer_ranks; ++r) {
-    auto said = store->try_get(round_key("rank/" + std::to_string(r)));
+  for (std::size_t g = 1; g < members_.size(); ++g) {
+    auto said = store->try_get(round_key("rank/" + std::to_string(g)));
     if (said && said->starts_with("failed: ")) {
-      return "trainer rank " + std::to_string(r) + " failed round " + std::to_string(round_) +
-             ": " + said->substr(8);
+      return "trainer rank " + std::to_string(members_[g]) + " failed round " +
+             std::to_string(round_) + ": " + said->substr(8);
     }
   }
   return std::nullopt;
 }
 
 void BroadcastTrainerEngine::await_other_ranks() {
-  for (int r = 1; r < info_.trainer_ranks; ++r) {
-    const std::string said = communicator_->store()->get(round_key("rank/" + std::to_string(r)));
+  for (std::size_t g = 1; g < members_.size(); ++g) {
+    const std::string said = communicator_->store()->get(round_key("rank/" + std::to_string(g)));
     if (said != "sent") {
-      throw protocol::TransferError("trainer rank " + std::to_string(r) + " failed round " +
-                                    std::to_string(round_) + ": " + said.substr(8));
+      throw protocol::TransferError("trainer rank " + std::to_string(members_[g]) +
+                                    " failed round " + std::to_string(round_) + ": " +
+                                    said.substr(8));
     }
   }
 }
@@ -318,13 +387,13 @@ void BroadcastTrainerEngine::send_as_rank_zero(const std::vector<protocol::Param
   // so, or a shutdown right after this would make them fail a round that succeeded.
   auto* store = communicator_->store();
   store->set(round_key("outcome"), "ok");
-  for (int r = 1; r < info_.trainer_ranks; ++r) {
+  for (std::size_t g = 1; g < members_.size(); ++g) {
     try {
-      store->get(round_key("outcome/read/" + std::to_string(r)));
+      store->get(round_key("outcome/read/" + std::to_string(g)));
     } catch (const protocol::Error& e) {
       fail_round(e.what());
       throw protocol::TransferError("round " + std::to_string(round_) +
-                                    " committed, but trainer rank " + std::to_string(r) +
+                                    " committed, but trainer rank " + std::to_string(members_[g]) +
                                     " never read so; the group is closed: " + e.what());
     }
   }
@@ -335,7 +404,10 @@ void BroadcastTrainerEngine::send_as_other_rank() {
   try {
     // Rank 0's update_weights may wait behind start_weight_update for generation to drain.
     store->get(round_key("started"), 2 * info_.timeout);
-    transmit(layout_);
+    CheckedStream stream(source()->iter(), layout_, group_.tensor_device(), share_);
+    for (const auto& call : calls_for(layout_))
+      transmit(stream, layout_, call);
+    stream.finish();
   } catch (const std::exception& e) {
     fail_round(transport::one_line_cause(e));
     throw;
@@ -344,9 +416,11 @@ void BroadcastTrainerEngine::send_as_other_rank() {
   // timeout for update_weights and another for finish_weight_update.
   std::string outcome;
   try {
-    store->set(round_key("rank/" + std::to_string(rank_)), "sent");
-    outcome = store->get(round_key("outcome"), 3 * info_.timeout);
-    store->set(round_key("outcome/read/" + std::to_string(rank_)), "1");
+    // Each update_weights call waits up to a timeout; finish_weight_update another.
+    const auto calls = static_cast<int>(calls_for(layout_).size());
+    store->set(round_key("rank/" + std::to_string(*group_rank_)), "sent");
+    outcome = store->get(round_key("outcome"), (calls + 2) * info_.timeout);
+    store->set(round_key("outcome/read/" + std::to_string(*group_rank_)), "1");
   } catch (const std::exception&) {
     communicator_->abort();
     communicator_.reset();
@@ -369,23 +443,33 @@ at::Tensor BroadcastTrainerEngine::scratch(const protocol::ParamMeta& meta) {
   return scratch_.narrow(0, 0, n).view(transport::to_scalar_type(meta.dtype));
 }
 
-void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& meta) {
-  CheckedStream stream(source()->iter(), meta, group_.tensor_device(), share_);
-  const std::vector<std::int64_t> all_from_rank_zero;
-  const auto& senders = many_senders() ? senders_ : all_from_rank_zero;
+void BroadcastTrainerEngine::transmit(CheckedStream& stream,
+                                      const std::vector<protocol::ParamMeta>& meta,
+                                      const BroadcastCall& call) {
+  // The call's root takes its parameters from the source; every other member receives them
+  // into scratch and drops them.
+  const int root = static_cast<int>(call.src);
+  const bool mine = root == *group_rank_;
+  auto reached_first_broadcast = [this] {
+    if (reached_mid_update_ || !is_sender()) return;
+    reached_mid_update_ = true;
+    reach(RoundPoint::kMidUpdate);
+  };
   if (!info_.packed) {
-    for (std::size_t i = 0; i < meta.size(); ++i) {
-      const int root = static_cast<int>(protocol::sender_of(senders, i));
-      at::Tensor t = stream.take(i);
-      if (root != rank_) t = scratch(meta[i]);
+    for (auto i : call.indices) {
+      at::Tensor t = mine ? stream.take(i) : scratch(meta[i]);
       communicator_->broadcast(t, root, info_.timeout);
-      if (i == 0 && is_sender()) reach(RoundPoint::kMidUpdate);
+      reached_first_broadcast();
     }
-    stream.finish();
     return;
   }
+  std::vector<protocol::ParamMeta> subset;
+  subset.reserve(call.indices.size());
+  for (auto i : call.indices)
+    subset.push_back(meta[i]);
   auto plan = protocol::plan_nccl_chunks(
-      meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes), senders);
+      subset, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
+  if (plan.empty()) return;
   // On the CPU the packing of chunk k+1 (taking its tensors from the source and copying them in)
   // runs on a helper thread while chunk k is on the wire, in the other of two buffers kept
   // across rounds; serially, every chunk's copy stalled the broadcast. The source is still
@@ -393,12 +477,10 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
   // queued on the device and overlap by themselves.
   const bool overlap = group_.tensor_device().is_cpu() && info_.packed_num_buffers > 1;
   pack_buffers_.resize(overlap ? 2 : 1);
-  auto fill = [this, &stream](const protocol::Chunk& chunk, at::Tensor send) {
-    const bool mine = chunk.sender_rank == rank_;
-    for (const auto& slice : chunk.slices) {
-      at::Tensor t = stream.take(slice.param_index);
-      if (mine) pack_slice(send, slice, t);
-    }
+  auto fill = [&stream, &call, mine](const protocol::Chunk& chunk, at::Tensor send) {
+    if (!mine) return;
+    for (const auto& slice : chunk.slices)
+      pack_slice(send, slice, stream.take(call.indices[slice.param_index]));
   };
   auto buffer_for = [&](std::size_t c) {
     const auto bytes = static_cast<std::int64_t>(plan[c].size_bytes);
@@ -420,8 +502,8 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
         packing = std::async(std::launch::async, fill, std::cref(plan[c + 1]), next);
       }
     }
-    communicator_->broadcast(send, static_cast<int>(plan[c].sender_rank), info_.timeout);
-    if (c == 0 && is_sender()) reach(RoundPoint::kMidUpdate);
+    communicator_->broadcast(send, root, info_.timeout);
+    reached_first_broadcast();
     if (c + 1 < plan.size()) {
       if (overlap) {
         packing.get();  // rethrows the source's error, before chunk c+1 goes out
@@ -431,7 +513,6 @@ void BroadcastTrainerEngine::transmit(const std::vector<protocol::ParamMeta>& me
     }
     send = next;
   }
-  stream.finish();
 }
 
 void BroadcastTrainerEngine::shutdown() {

@@ -9,17 +9,22 @@
 //    in the matching collective); iteration is checked against metadata with vLLM's messages;
 //  - non-sender ranks never touch the client but still read metadata and iterate the source.
 //
-// With `trainer_ranks` > 1 every trainer rank joins the group and sends what it holds:
-//  - trainer_init, on every rank: rank 0 ships the workers' init (rank_offset trainer_ranks) and
-//    hosts the TCPStore, the others join it; then each rank posts its metadata() and
-//    held_names() to the store, and rank 0 checks them (a disagreeing metadata, an orphaned
-//    name: a ValueError with the seeds' wording, raised on every rank) and posts who sends what;
-//  - send_weights, on every rank: each walks the metadata in order, advancing its own source
-//    through the names its groups() cover, and joins every broadcast: as the root for what it
-//    sends, into a scratch buffer otherwise. Rank 0 drives the four calls with `sender_ranks`
-//    in update_info; it commits (finish_weight_update) only once every rank has said its pass
-//    ended cleanly, then posts the round's outcome, and the other ranks return only when it
-//    says the round committed, so a rank may verify what it sent as soon as send_weights
+// Several broadcasting trainer ranks, as vLLM 0.34 has them: each parameter is broadcast by its
+// first owner (ParamMeta::owners; protocol::plan_broadcasters), and only rank 0 and those
+// broadcasters join the group, so the workers' rank_offset is their count. A source that says
+// instead what each rank holds (held_names(), vLLM 0.33's way, with `trainer_ranks` > 1) has
+// every trainer rank join, each name broadcast by its lowest holder (trainer_sdk/rank_holdings).
+//  - trainer_init, on every rank: the plan is made from metadata (ownership errors raised
+//    before any collective); rank 0 ships the workers' init and hosts the TCPStore, the other
+//    members join it, and each posts its metadata() (and held_names()) so that rank 0 checks
+//    they agree and posts who sends what; ranks outside the group only iterate in send_weights;
+//  - send_weights, on every member: rank 0 makes one update_weights call per broadcaster, in
+//    ascending order, each with that broadcaster's parameters in metadata order and its group
+//    rank as `src` (absent when 0: vLLM 0.33's payload); every member joins each call's
+//    broadcasts, as the root for its own turn, into a scratch buffer otherwise; packed chunks
+//    are cut per call. Rank 0 commits (finish_weight_update) only once every member has said
+//    its pass ended cleanly, then posts the round's outcome, and the other members return only
+//    when it says the round committed, so a rank may verify what it sent as soon as send_weights
 //    returns. The ranks must share world_size, trainer_ranks and the packing settings.
 //  - A rank that fails posts why and aborts its end of the group: over gloo the peers blocked
 //    in a collective fail at once (NCCL peers wait out their timeout); rank 0 reports the cause
@@ -58,7 +63,7 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
                          std::shared_ptr<WeightSource> source,
                          const BroadcastTransferParams& params, int rank, SenderGroup group);
 
-  bool sends_weights() const override { return is_sender() || many_senders(); }
+  bool sends_weights() const override { return group_rank_.has_value(); }
 
  protected:
   // Checks the params, builds the engine and, on the sender, opens the group.
@@ -69,16 +74,27 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
                                       std::shared_ptr<WeightSource> source);
 
  private:
-  bool many_senders() const { return info_.trainer_ranks > 1; }
-  // Many senders, at init: every rank posts its holdings; rank 0 assigns the senders.
-  void agree_on_senders();
-  // Rank 0's round: start, update_weights alongside the transmit, finish.
+  // One update_weights call: the broadcaster's group rank and its parameters' metadata indices.
+  struct BroadcastCall {
+    std::int64_t src = 0;
+    std::vector<std::size_t> indices;
+  };
+
+  bool many_senders() const { return members_.size() > 1; }
+  // Many senders, at init: every member posts its holdings; rank 0 assigns the senders (from
+  // `plan` when the metadata names owners).
+  void agree_on_senders(const std::optional<protocol::BroadcasterPlan>& plan);
+  // This round's update_weights calls, in ascending src.
+  std::vector<BroadcastCall> calls_for(const std::vector<protocol::ParamMeta>& meta) const;
+  // Rank 0's round: start, each call's update_weights alongside its transmit, finish.
   void drive_round(const std::vector<protocol::ParamMeta>& meta);
   void send_as_rank_zero(const std::vector<protocol::ParamMeta>& meta);
   void send_as_other_rank();
   // Where this rank receives a parameter another rank sends (reused, grown as needed).
   at::Tensor scratch(const protocol::ParamMeta& meta);
-  void transmit(const std::vector<protocol::ParamMeta>& meta);
+  // One call's broadcasts, from its root's source pass `stream`.
+  void transmit(CheckedStream& stream, const std::vector<protocol::ParamMeta>& meta,
+                const BroadcastCall& call);
   // Many senders: this round's failure, posted for the other ranks, then the group torn down.
   void fail_round(const std::string& cause);
   // Many senders, rank 0: a better diagnosis than its own broken collective, if a peer posted
@@ -93,12 +109,17 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
 
   BroadcastTransferParams info_;
   int rank_;
+  // The trainer ranks in the group, ascending (rank 0 first), and this rank's place among them
+  // (unset: it broadcasts nothing and stays out).
+  std::vector<std::int64_t> members_{0};
+  std::optional<int> group_rank_;
   SenderGroup group_;
   std::unique_ptr<transport::Communicator> communicator_;
-  // Many senders: the metadata agreed at init, who sends each of its parameters, and rounds so
-  // far (the store keys of a round carry its number).
+  // Many senders: the metadata agreed at init, the group rank that sends each of its
+  // parameters, and rounds so far (the store keys of a round carry its number).
   std::vector<protocol::ParamMeta> layout_;
   std::vector<std::int64_t> senders_;
+  bool reached_mid_update_ = false;  // this round's first broadcast went out (fault injection)
   std::uint64_t round_ = 0;
   std::optional<RankShare> share_;        // many senders: what this rank's pass visits and sends
   at::Tensor scratch_;                    // where a rank receives what others send

@@ -85,6 +85,13 @@ at::Tensor CheckedStream::next() {
 
 at::Tensor CheckedStream::take(std::size_t index) {
   if (!share_) return next();
+  while (cursor_ < index)
+    (void)read_share(cursor_++);
+  cursor_ = index + 1;
+  return read_share(index);
+}
+
+at::Tensor CheckedStream::read_share(std::size_t index) {
   const auto& expected = meta_[index];
   if (!share_->visits[index]) return {};
   const std::string rank = "trainer rank " + std::to_string(share_->rank);
@@ -109,6 +116,8 @@ at::Tensor CheckedStream::take(std::size_t index) {
 }
 
 void CheckedStream::finish() {
+  while (share_ && cursor_ < meta_.size())
+    (void)read_share(cursor_++);
   if (!share_ && sent_ != meta_.size()) {
     throw protocol::ValueError("WeightSource yielded " + std::to_string(sent_) +
                                " parameters but metadata declared " + std::to_string(meta_.size()) +

@@ -46,7 +46,9 @@ class CheckedStream {
   // The sole sender: the next tensor, contiguous, on the stream's device.
   at::Tensor next();
   // Parameter `index` (asked in increasing order, each once): its tensor, contiguous on the
-  // stream's device, when this rank sends it; undefined otherwise.
+  // stream's device, when this rank sends it; undefined otherwise. With a share, the names it
+  // visits before `index` that were not asked for (another broadcaster's turn) are read and
+  // dropped first, as finish() drops those after the last one asked.
   at::Tensor take(std::size_t index);
   // After the last tensor: the source must have ended too.
   void finish();
@@ -54,11 +56,15 @@ class CheckedStream {
   std::size_t position() const { return sent_; }
 
  private:
+  // With a share: reads parameter `index` from the pass (if this rank visits it), checked.
+  at::Tensor read_share(std::size_t index);
+
   std::unique_ptr<WeightStream> stream_;
   const std::vector<protocol::ParamMeta>& meta_;
   c10::Device device_;
   std::optional<RankShare> share_;
   std::size_t sent_ = 0;
+  std::size_t cursor_ = 0;  // with a share: the next metadata index the pass has not read
 };
 
 }  // namespace hotswap::trainer_sdk

@@ -57,6 +57,20 @@ void FanOutClient::finish_weight_update(const std::optional<std::string>& weight
   each([&](ZmqWeightSyncClient& w) { w.finish_weight_update(weight_version); });
 }
 
+int FanOutClient::inference_world_size() const {
+  int total = 0;
+  for (const auto& worker : workers_) {
+    auto answer = worker->call("get_world_size", {{"include_dp", false}});
+    const auto& size = answer.at("world_size");
+    if (!size.is_number_integer() || size.get<int>() < 1) {
+      throw protocol::RuntimeError("worker " + worker->endpoint() +
+                                   " answered get_world_size with " + answer.dump());
+    }
+    total += size.get<int>();
+  }
+  return total;
+}
+
 void FanOutClient::shutdown_weight_transfer_engine() {
   each([](ZmqWeightSyncClient& w) { w.shutdown_weight_transfer_engine(); });
 }

@@ -24,6 +24,10 @@ class FanOutClient : public WeightSyncClient {
   void shutdown_weight_transfer_engine() override;
 
   const std::vector<std::shared_ptr<ZmqWeightSyncClient>>& workers() const { return workers_; }
+  // The inference ranks behind every endpoint: get_world_size (without data parallelism, as each
+  // endpoint is one replica) summed, as vLLM's recipe sizes the transfer group. A transfer group
+  // is this plus its broadcasting trainer ranks.
+  int inference_world_size() const;
 
  private:
   void each(const std::function<void(ZmqWeightSyncClient&)>& call);

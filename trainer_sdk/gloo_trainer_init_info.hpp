@@ -1,7 +1,7 @@
 // The trainer-side init infos of the broadcast backends, with the fields and trainer-side
 // defaults of vLLM's NCCLTrainerInitInfo (packed, 1 GiB buffers, 2 in flight). The sender ships
-// the wire params to the workers at the handshake, with rank_offset 1, or `trainer_ranks` when
-// several trainer ranks send (hotswap's extension for expert and pipeline parallelism).
+// the wire params to the workers at the handshake, with rank_offset the number of broadcasting
+// trainer ranks (1 but for expert and pipeline parallelism).
 //
 //   GlooTrainerInitInfo   `gloo`: the nccl protocol over gloo, on the CPU
 //   NcclTrainerInitInfo   `nccl`: vLLM's own, from a GPU of this trainer
@@ -20,20 +20,23 @@ namespace hotswap::trainer_sdk {
 struct BroadcastTransferParams {
   std::string master_address;
   int master_port = 0;
-  int world_size = 0;  // the trainer ranks in the group (trainer_ranks) + every inference worker
+  // The group: its broadcasting trainer ranks (rank 0 and each first owner; every trainer rank
+  // for held_names() sources) + every inference worker (their get_world_size, summed).
+  int world_size = 0;
   bool packed = true;
   std::int64_t packed_buffer_size_bytes = protocol::kDefaultPackedBufferSizeBytes;
   std::int64_t packed_num_buffers = protocol::kDefaultPackedNumBuffers;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait of the engine
-  // How many trainer ranks join the group. 1 is vLLM's layout: rank 0 sends every parameter and
-  // the other ranks only iterate. More: ranks 0 .. trainer_ranks-1 all join, each parameter is
-  // sent by the lowest rank whose held_names() hold it (trainer_sdk/rank_holdings.hpp), and
-  // update_info's `sender_ranks` tells the workers so. Every rank calls trainer_init and
-  // send_weights; rank 0 still drives the control calls.
+  // How many trainer ranks call trainer_init and send_weights. With owners in the metadata
+  // (vLLM 0.34), those ranks broadcast that are a parameter's first owner. Without, 1 is vLLM's
+  // layout (rank 0 sends everything, the others only iterate), and more has ranks 0 ..
+  // trainer_ranks-1 all join, each parameter sent by the lowest rank whose held_names() hold it
+  // (trainer_sdk/rank_holdings.hpp). Rank 0 drives the control calls, one update_weights per
+  // broadcaster with its `src`.
   int trainer_ranks = 1;
 
-  // What the sender ships as the workers' init_info.
-  protocol::NcclInitInfo worker_init_info() const;
+  // What the sender ships as the workers' init_info: `broadcasters` is its rank_offset.
+  protocol::NcclInitInfo worker_init_info(int broadcasters) const;
 };
 
 struct GlooTrainerInitInfo : TrainerInitInfoFor<GlooTrainerInitInfo>, BroadcastTransferParams {

@@ -1,5 +1,6 @@
 #include "trainer_sdk/tensor_list_source.hpp"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "protocol/errors.hpp"
@@ -74,9 +75,18 @@ std::optional<std::unordered_set<std::string>> TensorListSource::held_names() {
 std::unique_ptr<WeightStream> TensorListSource::iter() {
   std::vector<NamedWeight> items;
   items.reserve(metadata_.size());
+  const bool owned = std::any_of(metadata_.begin(), metadata_.end(),
+                                 [](const protocol::ParamMeta& m) { return m.owners.has_value(); });
   if (holds_all_) {
     for (const auto& meta : metadata_)
       items.push_back({meta.name, tensors_.at(meta.name)});
+  } else if (owned) {
+    // vLLM 0.34's iter_full: exactly the parameters this rank holds (owns), in metadata order.
+    for (const auto& meta : metadata_) {
+      if (auto it = tensors_.find(meta.name); it != tensors_.end()) {
+        items.push_back({meta.name, it->second});
+      }
+    }
   } else {
     for (const auto& group : groups()) {
       for (const auto& name : group) {

@@ -6,7 +6,9 @@
 //   every rank, even where a rank holds only part of it.
 // - iter(): a fresh pass of materialized (name, tensor) pairs each call. Ranks sharing a
 //   parameter iterate in lockstep. A parameter this rank does not hold (held_names()) still
-//   appears, with an undefined tensor, so that order checks stay aligned.
+//   appears, with an undefined tensor, so that order checks stay aligned. When metadata names
+//   owners (vLLM 0.34's ParamMeta::owners), a pass is vLLM's `iter_full()` instead: exactly the
+//   parameters this rank owns, whole, in metadata order.
 //
 // groups() and iter_groups() batch the stream per layerwise group (protocol/layerwise_groups).
 #pragma once

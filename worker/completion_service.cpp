@@ -50,10 +50,16 @@ double floored(double logprob) {
   return std::max(logprob, -9999.0);
 }
 
-ordered_json spans_json(const std::vector<VersionSpan>& spans) {
+// vLLM 0.34's `weight_versions` of a choice: `[{"version", "start", "end"}, ...]`, half-open
+// ranges over its output tokens; null unless the request asked for them.
+ordered_json spans_json(const std::vector<VersionSpan>& spans, bool asked) {
+  if (!asked) return nullptr;
   ordered_json out = ordered_json::array();
-  for (const auto& s : spans)
-    out.push_back({s.version ? ordered_json(*s.version) : ordered_json(nullptr), s.start, s.end});
+  for (const auto& s : spans) {
+    out.push_back({{"version", s.version ? ordered_json(*s.version) : ordered_json(nullptr)},
+                   {"start", s.start},
+                   {"end", s.end}});
+  }
   return out;
 }
 
@@ -93,7 +99,7 @@ struct Position {
 CompletionRun::CompletionRun(protocol::CompletionParams params, std::string model_name)
     : params_(std::move(params)),
       model_name_(std::move(model_name)),
-      id_("cmpl-" + random_hex(32)),
+      id_("cmpl-" + params_.request_id.value_or(random_hex(32))),
       created_(unix_seconds()) {
   for (const auto& stop : params_.stop)
     longest_stop_ = std::max(longest_stop_, stop.size());
@@ -147,7 +153,7 @@ ordered_json CompletionRun::usage() const {
 }
 
 ordered_json CompletionRun::chunk(const Choice& c, std::string text, ordered_json logprobs,
-                                  std::vector<std::int64_t> token_ids, const json& versions,
+                                  std::vector<std::int64_t> token_ids, const ordered_json& versions,
                                   bool last) const {
   ordered_json choice = {{"index", c.index},
                          {"text", std::move(text)},
@@ -175,8 +181,9 @@ ordered_json CompletionRun::chunk(const Choice& c, std::string text, ordered_jso
   return out;
 }
 
-bool CompletionRun::on_token(Choice& c, const model_loader::Sequence& s,
-                             const std::optional<std::string>& version) {
+bool CompletionRun::on_token(
+    Choice& c, const model_loader::Sequence& s,
+    const std::optional<std::string>& /*version: spans come whole at the end*/) {
   std::lock_guard lock(mutex_);
   if (c.prompt_logprobs.empty()) c.prompt_logprobs = s.prompt_logprobs();
   if (params_.max_tokens == 0) return true;  // echo only: the one token generated is dropped
@@ -226,9 +233,8 @@ bool CompletionRun::on_token(Choice& c, const model_loader::Sequence& s,
   c.sent_text = limit;
   ordered_json logprobs = logprobs_of(c, !c.first_sent, c.tokens.size() - 1, c.sent_chars);
   c.sent_chars += code_points(delta);
-  const auto k = static_cast<std::int64_t>(c.tokens.size());
-  json versions = json::array({{version ? json(*version) : json(nullptr), k - 1, k}});
-  chunks_.push_back(chunk(c, std::move(delta), std::move(logprobs), {id}, versions, false)
+  // Only a choice's last chunk carries its spans, over the whole output (vLLM 0.34).
+  chunks_.push_back(chunk(c, std::move(delta), std::move(logprobs), {id}, nullptr, false)
                         .dump(-1, ' ', false, json::error_handler_t::replace));
   c.first_sent = true;
   changed_.notify_all();
@@ -259,7 +265,8 @@ void CompletionRun::on_done(Choice& c, GenerateOutcome outcome) {
       c.sent_text = c.text.size();
       ordered_json logprobs =
           c.first_sent ? ordered_json(nullptr) : logprobs_of(c, true, c.tokens.size(), 0);
-      chunks_.push_back(chunk(c, std::move(rest), std::move(logprobs), {}, json::array(), true)
+      chunks_.push_back(chunk(c, std::move(rest), std::move(logprobs), {},
+                              spans_json(c.spans, params_.return_weight_versions), true)
                             .dump(-1, ' ', false, json::error_handler_t::replace));
       c.first_sent = true;
     }
@@ -355,7 +362,7 @@ ordered_json CompletionRun::response() const {
                        {"token_ids", ids ? json(c->tokens) : json(nullptr)},
                        {"prompt_logprobs", nullptr},
                        {"prompt_token_ids", ids ? json(c->prompt_ids) : json(nullptr)},
-                       {"weight_versions", spans_json(c->spans)}});
+                       {"weight_versions", spans_json(c->spans, params_.return_weight_versions)}});
   }
   return {{"id", id_},
           {"object", "text_completion"},
@@ -484,6 +491,8 @@ std::shared_ptr<CompletionRun> CompletionService::start(const json& params) {
         choice->detokenizer.emplace(*tokenizer_, ids, q.skip_special_tokens);
       GenerateRequest request;
       request.prompt_token_ids = ids;
+      // vLLM's external id of prompt i, which abort_requests names: "cmpl-<id>-<i>".
+      request.request_id = run->id_ + "-" + std::to_string(pi);
       auto& sp = request.params;
       sp.max_tokens = max_tokens;
       sp.temperature = q.temperature;
@@ -542,36 +551,17 @@ bool CompletionService::cancel(std::uint64_t ticket) {
 }
 
 OpenAiError openai_error(const std::exception& e) {
-  int status = 500;
-  std::string type = "InternalServerError";
-  ordered_json param = nullptr;
-  if (dynamic_cast<const ModelNotFoundError*>(&e) != nullptr) {
-    status = 404;
-    type = "NotFoundError";
-    param = "model";
-  } else if (const auto* typed = dynamic_cast<const protocol::Error*>(&e)) {
-    switch (typed->kind()) {
-      case protocol::ErrorKind::kParseError:
-      case protocol::ErrorKind::kInvalidRequest:
-      case protocol::ErrorKind::kValueError:
-      case protocol::ErrorKind::kRuntimeError:  // vLLM answers its RuntimeErrors with a 400 too
-        status = 400;
-        type = "BadRequestError";
-        break;
-      case protocol::ErrorKind::kMethodNotFound:
-        status = 404;
-        type = "NotFoundError";
-        break;
-      case protocol::ErrorKind::kOverloaded:
-        status = 503;
-        type = "ServiceUnavailableError";
-        break;
-      default:
-        break;
-    }
-  }
-  return {status,
-          {{"error", {{"message", e.what()}, {"type", type}, {"param", param}, {"code", status}}}}};
+  // A request for a model not served is a 404 naming the field; else protocol's mapping.
+  const bool model_not_found = dynamic_cast<const ModelNotFoundError*>(&e) != nullptr;
+  const ordered_json param = model_not_found ? ordered_json("model") : ordered_json(nullptr);
+  const int answered = model_not_found ? 404 : protocol::http_status(e);
+  std::string type = answered == 400   ? "BadRequestError"
+                     : answered == 404 ? "NotFoundError"
+                     : answered == 503 ? "ServiceUnavailableError"
+                                       : "InternalServerError";
+  return {
+      answered,
+      {{"error", {{"message", e.what()}, {"type", type}, {"param", param}, {"code", answered}}}}};
 }
 
 }  // namespace hotswap::worker

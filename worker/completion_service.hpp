@@ -2,9 +2,9 @@
 // A request (protocol::CompletionParams) becomes one scheduler request per prompt and per `n`;
 // each choice detokenizes its tokens as they come (model_loader::IncrementalDetokenizer), ends
 // at a stop string, and is answered whole or streamed chunk by chunk, in vLLM's response shapes.
-// Every choice says which weight version produced which of its tokens (`weight_versions`,
-// [version, start, end) spans over its generated tokens), since a staged commit may land between
-// two of its steps.
+// Asked (`return_weight_versions`, vLLM 0.34), every choice says which weight version produced
+// which of its tokens (`weight_versions`: {version, start, end} half-open spans over its output
+// tokens; streamed, in its last chunk), since a staged commit may land between two of its steps.
 #pragma once
 
 #include <chrono>
@@ -68,8 +68,8 @@ class CompletionRun {
  private:
   friend class CompletionService;
   nlohmann::ordered_json chunk(const Choice& c, std::string text, nlohmann::ordered_json logprobs,
-                               std::vector<std::int64_t> token_ids, const nlohmann::json& versions,
-                               bool last) const;
+                               std::vector<std::int64_t> token_ids,
+                               const nlohmann::ordered_json& versions, bool last) const;
   nlohmann::ordered_json usage() const;
   // How a token reads in logprobs: its text, or "token_id:N" (return_tokens_as_token_ids, or no
   // tokenizer).

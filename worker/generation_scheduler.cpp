@@ -1,5 +1,8 @@
 #include "worker/generation_scheduler.hpp"
 
+#include <algorithm>
+#include <set>
+
 #include "protocol/errors.hpp"
 #include "transport/exception_text.hpp"
 
@@ -12,11 +15,14 @@ PauseMode pause_mode_from_name(const std::string& name) {
   throw protocol::ValueError("Invalid pause mode '" + name + "': expected abort, wait or keep");
 }
 
-nlohmann::json GenerateResult::to_json(bool with_logprobs) const {
-  nlohmann::json spans = nlohmann::json::array();
-  for (const auto& s : weight_versions) {
-    spans.push_back(
-        {s.version ? nlohmann::json(*s.version) : nlohmann::json(nullptr), s.start, s.end});
+nlohmann::json GenerateResult::to_json(bool with_logprobs, bool with_versions) const {
+  nlohmann::json spans = nullptr;
+  if (with_versions) {
+    spans = nlohmann::json::array();
+    for (const auto& s : weight_versions) {
+      spans.push_back(
+          {s.version ? nlohmann::json(*s.version) : nlohmann::json(nullptr), s.start, s.end});
+    }
   }
   nlohmann::json out = {
       {"token_ids", token_ids}, {"finish_reason", finish_reason}, {"weight_versions", spans}};
@@ -81,6 +87,7 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
     }
   }
   r.done = std::move(done);
+  r.request_id = std::move(request.request_id);
   r.deadline = deadline;
   r.on_token = std::move(request.on_token);
   r.arrival = Clock::now();
@@ -88,6 +95,9 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
   {
     std::lock_guard lock(mutex_);
     if (closed_) throw protocol::RuntimeError("the worker is shutting down");
+    if ((paused_ && pause_mode_ != PauseMode::kKeep) || draining_) {
+      throw protocol::OverloadedError("Generation is paused. Please retry after it resumes.");
+    }
     if (waiting_.size() >= limits_.max_waiting) {
       throw protocol::OverloadedError(
           "the worker is overloaded: " + std::to_string(waiting_.size()) +
@@ -103,6 +113,31 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
 
 bool GenerationScheduler::cancel(std::uint64_t ticket) {
   std::lock_guard lock(mutex_);
+  return cancel_locked(ticket);
+}
+
+std::size_t GenerationScheduler::abort_requests(const std::vector<std::string>& request_ids) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::uint64_t> tickets;
+  std::set<std::string> ended;
+  auto pick = [&](const Running& r) {
+    const bool named = request_ids.empty() || std::find(request_ids.begin(), request_ids.end(),
+                                                        r.request_id) != request_ids.end();
+    if (!named) return;
+    tickets.push_back(r.ticket);
+    ended.insert(r.request_id);
+  };
+  for (const auto& r : waiting_)
+    pick(r);
+  for (const auto& r : running_)
+    pick(r);
+  for (auto ticket : tickets)
+    cancel_locked(ticket);
+  // vLLM counts the ids it was given, known or not; asked for everything, what it ended.
+  return request_ids.empty() ? ended.size() : request_ids.size();
+}
+
+bool GenerationScheduler::cancel_locked(std::uint64_t ticket) {
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     if (it->ticket == ticket) {
       it->sequence->abort();
@@ -274,9 +309,11 @@ void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeou
     case PauseMode::kAbort:  // queued requests count as in flight too
       abort_all();
       paused_ = true;
+      pause_mode_ = mode;
       break;
     case PauseMode::kKeep:
       paused_ = true;
+      pause_mode_ = mode;
       break;
     case PauseMode::kWait: {
       if (paused_) break;  // already paused: nothing runs, nothing to drain
@@ -290,6 +327,7 @@ void GenerationScheduler::pause(PauseMode mode, std::chrono::milliseconds timeou
                                      std::to_string(timeout.count()) + " ms");
       }
       paused_ = true;
+      pause_mode_ = mode;
       break;
     }
   }

@@ -10,8 +10,10 @@
 //
 // pause(mode): `abort` ends every request in flight with finish_reason "abort"; `wait` lets them
 // finish and admits nothing new; `keep` freezes them where they are, to continue after resume()
-// on whatever weights are then live. While paused, new requests wait. pause/resume are
-// idempotent. hold()/release() stop stepping without pausing (in-place updates, commits).
+// on whatever weights are then live. While paused in `abort` or `wait` (and while `wait`
+// drains), new requests are refused with vLLM 0.34's 503 (an OverloadedError: retry after
+// resume); in `keep` they wait. pause/resume are idempotent. hold()/release() stop stepping without
+// pausing (in-place updates, commits).
 //
 // Bounded: at most `max_waiting` requests wait for a batch slot (past it, submit refuses with an
 // OverloadedError), every request has a deadline after which it is dropped wherever it is (its
@@ -46,6 +48,8 @@ struct GenerateRequest {
   std::vector<std::int64_t> prompt_token_ids;
   model_loader::SamplingParams params;
   bool logprobs = false;
+  // The external id abort_requests() names it by (a completion's choices share theirs).
+  std::string request_id;
   // Called after every step that gave this request a token, on the scheduler's thread with its
   // lock held (it must be quick and must not call back into the scheduler), with the version
   // that produced the token. Returning false ends the request there, finish_reason "stop".
@@ -71,7 +75,8 @@ struct GenerateResult {
   std::string finish_reason;
   std::vector<VersionSpan> weight_versions;
 
-  nlohmann::json to_json(bool with_logprobs) const;
+  // `generate`'s result; `weight_versions` is null without `with_versions`.
+  nlohmann::json to_json(bool with_logprobs, bool with_versions = true) const;
 };
 
 // What a request ends with: a result, or the error that ended it (a TimeoutError past its
@@ -105,6 +110,10 @@ class GenerationScheduler {
   // Ends a request whose caller went away: `done` gets what it produced so far, finish_reason
   // "abort". False when it had already ended.
   bool cancel(std::uint64_t ticket);
+  // vLLM's abort_requests: ends every request whose external id is in `request_ids` (every
+  // request in flight when empty), finish_reason "abort". Returns vLLM's count: the ids given,
+  // known or not, or with none given, how many external ids it ended.
+  std::size_t abort_requests(const std::vector<std::string>& request_ids);
 
   // Returns once paused; `wait` blocks until the requests in flight finish (TimeoutError after
   // `timeout`).
@@ -127,6 +136,7 @@ class GenerationScheduler {
  private:
   struct Running {
     std::uint64_t ticket = 0;
+    std::string request_id;
     std::unique_ptr<model_loader::Sequence> sequence;
     Completion done;
     Clock::time_point deadline;
@@ -142,6 +152,8 @@ class GenerationScheduler {
   void wait_out_step(std::unique_lock<std::mutex>& lock);
   // With the lock held: ends every request, running or waiting, with finish_reason "abort".
   void abort_all();
+  // With the lock held: ends one request (cancel()'s work).
+  bool cancel_locked(std::uint64_t ticket);
   void finish(Running& r);
   void fail(Running& r, std::exception_ptr error);
   // The serving metrics of a request that ended with `reason`.
@@ -164,7 +176,8 @@ class GenerationScheduler {
   std::deque<Running> waiting_;
   std::vector<Running> running_;
   bool paused_ = false;
-  bool draining_ = false;  // pause(wait) in progress: admit nothing new
+  PauseMode pause_mode_ = PauseMode::kAbort;  // of the pause in force, while paused_
+  bool draining_ = false;                     // pause(wait) in progress: admit nothing new
   int holds_ = 0;
   int interrupts_ = 0;  // pause() calls waiting for the step in progress
   bool stepping_ = false;

@@ -21,28 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-// vLLM's status for an error of each kind: bad input 400, wrong state 409, anything that
-// failed on the way (a transfer, a timeout, the engine) 500.
-int http_status(const std::exception& e) {
-  if (const auto* typed = dynamic_cast<const protocol::Error*>(&e)) {
-    switch (typed->kind()) {
-      case protocol::ErrorKind::kParseError:
-      case protocol::ErrorKind::kInvalidRequest:
-      case protocol::ErrorKind::kValueError:
-        return 400;
-      case protocol::ErrorKind::kMethodNotFound:
-        return 404;
-      case protocol::ErrorKind::kRuntimeError:
-        return 409;
-      case protocol::ErrorKind::kOverloaded:
-        return 503;
-      default:
-        return 500;
-    }
-  }
-  return 500;
-}
-
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
   // Invalid UTF-8 quoted in an error message is replaced, never a failed reply.
@@ -245,7 +223,7 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
       reply(res, 200, service_.call(method, params, caller_gone));
     } catch (const std::exception& e) {
       const auto* typed = dynamic_cast<const protocol::Error*>(&e);
-      reply_error(res, http_status(e), e.what(),
+      reply_error(res, protocol::http_status(e), e.what(),
                   typed ? std::string(protocol::error_type_name(typed->kind())) : "RuntimeError");
     }
   };
@@ -264,6 +242,9 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
           reply(res, 200, service_.call(std::string(m->name), *body));
           return;
         }
+        // vLLM names a completion after the X-Request-Id header, over the body's request_id.
+        if (req.has_header("X-Request-Id"))
+          (*body)["request_id"] = req.get_header_value("X-Request-Id");
         auto run = service_.start_completion(*body);
         auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
                                                  req.remote_port);
@@ -357,6 +338,19 @@ std::string escape_label_value(const std::string& value) {
   return out;
 }
 
+namespace {
+
+// A bucket bound as Prometheus' Python client writes it (Python's repr: 1 is "1.0").
+std::string le_label(double bound) {
+  std::ostringstream out;
+  out << bound;
+  std::string text = out.str();
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+}  // namespace
+
 std::string render_metrics(const WorkerService& service) {
   std::ostringstream out;
   auto stats = service.operation_stats();
@@ -369,25 +363,36 @@ std::string render_metrics(const WorkerService& service) {
     if (!labels.empty()) out << '{' << labels << '}';
     out << ' ' << value << '\n';
   };
-  out << "# HELP vllm:rl_weight_update_operations_total Weight-update operations by outcome.\n"
-         "# TYPE vllm:rl_weight_update_operations_total counter\n";
-  for (const auto& [op, s] : stats) {
-    sample("vllm:rl_weight_update_operations_total", label("operation", op) + ",status=\"success\"",
-           s.success);
-    sample("vllm:rl_weight_update_operations_total", label("operation", op) + ",status=\"error\"",
-           s.error);
-  }
-  out << "# HELP vllm:rl_weight_update_operations_in_flight Weight-update operations running.\n"
+  // vLLM 0.34's two series; its counter of outcomes went, and lives on under hotswap's name.
+  out << "# HELP vllm:rl_weight_update_operations_in_flight Weight-transfer operations currently "
+         "awaited.\n"
          "# TYPE vllm:rl_weight_update_operations_in_flight gauge\n";
   for (const auto& [op, s] : stats)
     sample("vllm:rl_weight_update_operations_in_flight", label("operation", op), s.in_flight);
-  out << "# HELP vllm:rl_weight_update_operation_duration_seconds Time spent per operation.\n"
-         "# TYPE vllm:rl_weight_update_operation_duration_seconds summary\n";
+  out << "# HELP vllm:rl_weight_update_operation_duration_seconds Duration of one weight-transfer "
+         "operation.\n"
+         "# TYPE vllm:rl_weight_update_operation_duration_seconds histogram\n";
   for (const auto& [op, s] : stats) {
-    sample("vllm:rl_weight_update_operation_duration_seconds_sum", label("operation", op),
-           s.seconds);
-    sample("vllm:rl_weight_update_operation_duration_seconds_count", label("operation", op),
-           s.success + s.error);
+    const std::string name = "vllm:rl_weight_update_operation_duration_seconds";
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < WorkerService::kDurationBuckets.size(); ++i) {
+      cumulative += s.within[i];
+      sample(
+          name + "_bucket",
+          label("operation", op) + "," + label("le", le_label(WorkerService::kDurationBuckets[i])),
+          cumulative);
+    }
+    sample(name + "_bucket", label("operation", op) + ",le=\"+Inf\"", s.success + s.error);
+    sample(name + "_sum", label("operation", op), s.seconds);
+    sample(name + "_count", label("operation", op), s.success + s.error);
+  }
+  out << "# HELP hotswap_weight_update_operations_total Weight-update operations by outcome.\n"
+         "# TYPE hotswap_weight_update_operations_total counter\n";
+  for (const auto& [op, s] : stats) {
+    sample("hotswap_weight_update_operations_total", label("operation", op) + ",status=\"success\"",
+           s.success);
+    sample("hotswap_weight_update_operations_total", label("operation", op) + ",status=\"error\"",
+           s.error);
   }
   // Every rank receives the whole broadcast (vLLM's rank semantics), so a tp = N worker's total
   // is about N times what its trainer sent; the per-rank family says which rank lags.

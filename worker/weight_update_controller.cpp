@@ -70,10 +70,14 @@ void WeightUpdateController::start_weight_update() {
 
 void WeightUpdateController::start_draft_weight_update() {
   // hotswap has no speculative decoding, so no draft model to retarget an update at: the worker
-  // answers as vLLM does for an engine with supports_draft_weight_update = False.
-  throw protocol::RuntimeError(std::string(engine().name()) +
-                               " does not support draft model weight updates. This worker serves "
-                               "no draft model (hotswap has no speculative decoding).");
+  // answers as vLLM does when none is configured, or, for an engine that could not update one
+  // anyway (the sparse ones, as vLLM's), with that engine's refusal, which vLLM checks first.
+  if (!engine().supports_draft_weight_update()) {
+    throw protocol::RuntimeError(std::string(engine().name()) +
+                                 " does not support draft model weight updates.");
+  }
+  throw protocol::RuntimeError(
+      "Draft model weight update requested, but no draft model is configured.");
 }
 
 std::optional<nlohmann::json> WeightUpdateController::select_update_info(
@@ -161,7 +165,10 @@ void WeightUpdateController::require_session_to_finish() const {
 
 void WeightUpdateController::shutdown_weight_transfer_engine() {
   auto& e = engine();
-  if (session_active()) end_session();
+  // vLLM 0.34: a session in progress keeps its trainer; its finish, or a new init, ends it.
+  if (session_active()) {
+    throw protocol::RuntimeError("Cannot release a trainer connection during a weight update");
+  }
   on_every_rank("shutdown_weight_transfer_engine", nlohmann::json::object(), [&] { e.shutdown(); });
 }
 

@@ -42,8 +42,8 @@ class WeightUpdateController {
 
   void init_weight_transfer_engine(const nlohmann::json& init_info);
   void start_weight_update();
-  // Always a RuntimeError with vLLM's message for an engine whose supports_draft_weight_update
-  // is False: the worker serves no draft model.
+  // Always a RuntimeError with vLLM's message: the worker serves no draft model (for an engine
+  // whose supports_draft_weight_update is false, vLLM's refusal of that engine comes first).
   void start_draft_weight_update();
   void update_weights(const nlohmann::json& update_info);
   void finish_weight_update(const std::optional<std::string>& weight_version);
@@ -53,8 +53,9 @@ class WeightUpdateController {
   // Ends a session another rank failed (idempotent; nothing when none is active).
   void abort_weight_update();
   void update_weight_version(const std::string& new_version);
-  // Tears the engine's data channel down (vLLM's shutdown_weight_transfer_engine), ending any
-  // session first; a new init_weight_transfer_engine opens it again.
+  // Tears the engine's data channel down (vLLM's shutdown_weight_transfer_engine); a new
+  // init_weight_transfer_engine opens it again. Refused (RuntimeError, vLLM 0.34's message)
+  // while a session is open.
   void shutdown_weight_transfer_engine();
 
   std::optional<std::string> weight_version() const;
@@ -81,7 +82,8 @@ class WeightUpdateController {
   receiver::ParallelConfig parallel_;
   mutable std::mutex mutex_;  // guards the fields below, never held across a transfer
   bool active_ = false;
-  std::optional<std::string> weight_version_;
+  // vLLM 0.34 labels the weights a worker starts with "default".
+  std::optional<std::string> weight_version_ = "default";
   std::shared_ptr<TensorParallelGroup> peers_;
   BetweenSteps between_steps_;
 };

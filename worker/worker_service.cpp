@@ -261,6 +261,12 @@ void WorkerService::bind_handlers() {
          scheduler_->resume();
          return {{"status", "resumed"}};
        }},
+      {m::kAbortRequests,
+       [this](Params params, Gone) -> json {
+         auto request = protocol::AbortRequestsParams::from_json(params);
+         return {{"status", "aborted"},
+                 {"aborted", scheduler_->abort_requests(request.request_ids)}};
+       }},
       {m::kIsPaused,
        [this](Params, Gone) -> json {
          return {{"is_paused", scheduler_->is_paused()}};
@@ -330,8 +336,6 @@ json WorkerService::dispatch(const std::string& name, const json& params,
 
   // A weight-transfer call: counted for /metrics, one at a time per worker.
   const std::string op(method.metric_operation);
-  const bool sets_version = method.name == protocol::methods::kFinishWeightUpdate &&
-                            protocol::weight_version_of(params).has_value();
   auto start = Clock::now();
   {
     std::lock_guard lock(stats_mutex_);
@@ -342,9 +346,14 @@ json WorkerService::dispatch(const std::string& name, const json& params,
     auto& s = stats_[op];
     --s.in_flight;
     (ok ? s.success : s.error) += 1;
-    s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    // vLLM counts a finish that carries a version as two operations.
-    if (sets_version && ok) stats_["set_version"].success += 1;
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    s.seconds += seconds;
+    for (std::size_t i = 0; i < kDurationBuckets.size(); ++i) {
+      if (seconds <= kDurationBuckets[i]) {
+        ++s.within[i];
+        break;
+      }
+    }
   };
   try {
     json result = weight_call(name, [&] { return handler(params, caller_gone); });
@@ -390,14 +399,16 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
   request.params.seed = p.seed;
   request.params.stop_token_ids = std::move(p.stop_token_ids);
   request.logprobs = p.logprobs;
-  const bool logprobs = p.logprobs;
-  // A paused worker holds requests until resume(); the wait is bounded all the same.
+  // Named by its own id, or one made up: abort_requests with no ids ends it too.
+  request.request_id = p.request_id.value_or("generate-" + std::to_string(++generate_ids_));
+  const bool logprobs = p.logprobs, versions = p.return_weight_versions;
+  // A worker paused in keep mode holds requests until resume(); the wait is bounded all the same.
   return scheduler_->submit(std::move(request), Clock::now() + options_.timeout(),
-                            [logprobs, done = std::move(done)](GenerateOutcome outcome) {
+                            [logprobs, versions, done = std::move(done)](GenerateOutcome outcome) {
                               if (outcome.error) {
                                 done(nullptr, outcome.error);
                               } else {
-                                done(outcome.result->to_json(logprobs), nullptr);
+                                done(outcome.result->to_json(logprobs, versions), nullptr);
                               }
                             });
 }

@@ -3,6 +3,7 @@
 // names, params vLLM's request bodies, results vLLM's response bodies (docs/architecture.md).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <exception>
 #include <functional>
@@ -70,9 +71,13 @@ class WorkerService {
   std::string describe() const;
 
   // Counters for /metrics.
+  // vLLM 0.34's duration histogram buckets, in seconds (upper bounds; +Inf is implied).
+  static constexpr std::array<double, 9> kDurationBuckets{0.01, 0.1, 1, 10, 30, 60, 120, 300, 600};
   struct OperationStats {
     std::uint64_t success = 0, error = 0, in_flight = 0;
     double seconds = 0;
+    // Calls whose duration was at most kDurationBuckets[i] (not cumulative: render sums them).
+    std::array<std::uint64_t, kDurationBuckets.size()> within{};
   };
   std::map<std::string, OperationStats> operation_stats() const;
   std::optional<std::string> weight_version() const { return controller_->weight_version(); }
@@ -113,6 +118,7 @@ class WorkerService {
   std::timed_mutex weight_ops_;  // one weight-transfer call at a time per worker
   bool update_hold_ = false;     // inplace: generation held during a session
   std::atomic<bool> shutdown_requested_{false};
+  std::atomic<std::uint64_t> generate_ids_{0};  // for generate requests that name no id
   mutable std::mutex stats_mutex_;
   std::map<std::string, OperationStats> stats_;
   std::string weight_call_;  // the weight-transfer call running, for health; guarded as stats_

@@ -28,6 +28,7 @@
 #include "model_loader/int8_quantization.hpp"
 #include "model_loader/linear.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/param_meta.hpp"
 #include "transport/communicator.hpp"
 #include "transport/tensor_digest.hpp"
 #include "transport/torch_dtype.hpp"
@@ -238,6 +239,11 @@ std::vector<LlamaModel::ResolvedPatch> LlamaModel::resolve_patches(
     const CheckpointSlot* slot = mapping_.find(p.name);
     if (slot == nullptr) {
       throw protocol::ValueError("unknown checkpoint tensor '" + p.name + "' in a sparse patch");
+    }
+    if (!p.shape.empty() && p.shape != slot->shape) {
+      throw protocol::ValueError(
+          "sparse patch '" + p.name + "' declares shape " + protocol::shape_to_string(p.shape) +
+          " but the checkpoint tensor's shape is " + protocol::shape_to_string(slot->shape));
     }
     if (store_.quantized(slot->param)) {
       throw protocol::ValueError("'" + p.name +

@@ -26,7 +26,8 @@ cmake --build "$work/build" -j2 >/dev/null
   --weight-transfer-config '{"backend": "shm"}' >"$work/worker.log" 2>&1 &
 worker=$!
 endpoint=""
-for _ in $(seq 1 300); do
+# Up to 120 s: a loaded 2-core machine (other suites importing torch) starts a worker slowly.
+for _ in $(seq 1 1200); do
   endpoint=$(sed -n 's/^hotswap-worker ready: control \([^;]*\);.*/\1/p' "$work/worker.log")
   [ -n "$endpoint" ] && break
   kill -0 "$worker" 2>/dev/null || { cat "$work/worker.log"; exit 1; }

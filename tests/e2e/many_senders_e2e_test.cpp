@@ -137,6 +137,85 @@ BOOST_FIXTURE_TEST_CASE(two_trainer_ranks_each_send_what_they_hold_to_two_worker
   }
 }
 
+BOOST_FIXTURE_TEST_CASE(owners_name_the_broadcasters_as_vllm_034_plans_them, MoeFixture) {
+  // Three trainer ranks: ranks 0 and 1 both own everything but the experts (rank 0 first, so it
+  // broadcasts them), rank 2 owns the experts. The broadcasters are ranks 0 and 2: only they
+  // join the group (rank_offset 2), rank 1 only iterates, and rank 0 makes two update_weights
+  // calls, src 0 then src 1.
+  auto w0 = worker(0, 2);
+  auto w1 = worker(1, 2);
+  auto tensors = new_ckpt.tensors();
+  auto is_expert = [](const std::string& name) {
+    return name.find(".experts.") != std::string::npos;
+  };
+  auto source_for = [&](int rank) {
+    std::vector<protocol::ParamMeta> meta;
+    std::map<std::string, at::Tensor> mine;
+    for (const auto& [name, t] : tensors) {
+      auto m = trainer_sdk::param_meta_of(name, t);
+      m.owners = is_expert(name) ? std::vector<std::int64_t>{2} : std::vector<std::int64_t>{0, 1};
+      if (std::find(m.owners->begin(), m.owners->end(), rank) != m.owners->end()) {
+        mine.emplace(name, t);
+      }
+      meta.push_back(std::move(m));
+    }
+    return std::make_shared<trainer_sdk::TensorListSource>(std::move(meta), std::move(mine));
+  };
+  for (bool packed : {true, false}) {
+    const int port = transport::pick_free_port();
+    const std::string version = packed ? "owners-packed" : "owners";
+    auto failures = on_every_rank(3, [&](int rank) {
+      std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients{
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w0->endpoint(), 30s),
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w1->endpoint(), 30s)};
+      auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
+      // Two broadcasters plus the workers' ranks, as vLLM's recipe sizes the group.
+      trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", port, 2 + client->inference_world_size(),
+                                            rank);
+      info.trainer_ranks = 3;
+      info.packed = packed;
+      info.packed_buffer_size_bytes = 3000;
+      info.timeout = 30s;
+      auto engine =
+          trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source_for(rank));
+      BOOST_TEST(engine->sends_weights() == (rank != 1));
+      engine->push({version, /*verify=*/false});
+      engine->shutdown();
+    });
+    for (int r = 0; r < 3; ++r)
+      BOOST_TEST(!failures[r], "rank " << r << ": " << message_of(failures[r]));
+    for (auto* w : {w0.get(), w1.get()}) {
+      trainer_sdk::ZmqWeightSyncClient client(w->endpoint(), 30s);
+      verify(client);
+      BOOST_TEST(client.call("weight_info")["weight_version"] == version);
+    }
+  }
+
+  // vLLM's ownership errors, on every rank, before anything is sent: rank 1 also owning an
+  // expert puts it under two broadcasters.
+  auto failures = on_every_rank(3, [&](int rank) {
+    auto source = source_for(rank);
+    auto meta = source->metadata();
+    for (auto& m : meta) {
+      if (is_expert(m.name)) m.owners = std::vector<std::int64_t>{2, 1};
+    }
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 4, rank);
+    info.trainer_ranks = 3;
+    auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w0->endpoint(), 30s);
+    trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+        info, client,
+        std::make_shared<trainer_sdk::TensorListSource>(std::move(meta),
+                                                        std::map<std::string, at::Tensor>{}));
+  });
+  for (int r = 0; r < 3; ++r) {
+    BOOST_TEST(
+        message_of(failures[r])
+                .find("rank 1 owns parameters broadcast by ranks 0 and 2, but each broadcaster "
+                      "sends in its own turn") != std::string::npos,
+        message_of(failures[r]));
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(an_orphan_or_a_disagreeing_metadata_is_refused_at_init_on_every_rank,
                         MoeFixture) {
   auto w = worker(0, 1);
@@ -275,10 +354,10 @@ BOOST_FIXTURE_TEST_CASE(a_rank_that_fails_mid_round_fails_every_rank_and_the_wor
     BOOST_TEST((std::chrono::steady_clock::now() - start < 15s));
     return failures;
   };
-  // The workers end the session (rank 0 ends it where the bytes had all landed) and keep their
-  // weights.
+  // The workers keep their weights. Where every byte had landed, the session stays open (a
+  // worker refuses to release its trainer mid-update, as vLLM 0.34 does) until the next round's
+  // init_weight_transfer_engine ends it; otherwise the failed update_weights ended it.
   auto unchanged = [&] {
-    BOOST_TEST(testing::wait_for_session_end(observer, 10s));
     BOOST_TEST(observer.call("weight_checker", {{"action", "checksum"}}) == before);
   };
 

@@ -11,7 +11,6 @@
 #include "protocol/disk_info.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/ipc_info.hpp"
-#include "protocol/sender_ranks.hpp"
 #include "protocol/shm_info.hpp"
 #include "protocol/sparse_nccl_info.hpp"
 #include "protocol/weight_transfer_config.hpp"
@@ -70,41 +69,138 @@ BOOST_AUTO_TEST_CASE(sparse_update_info_uses_vllms_messages) {
                           "`dtype_names` should be of the same size as `names`: got 1 and 2");
 }
 
-BOOST_AUTO_TEST_CASE(sender_ranks_say_which_trainer_rank_sends_each_name) {
+BOOST_AUTO_TEST_CASE(src_names_the_broadcaster_of_an_update_as_vllm_034_sends_it) {
   json nccl = {{"names", {"a", "b"}},
                {"dtype_names", {"float32", "bfloat16"}},
                {"shapes", {{4}, {30}}},
-               {"sender_ranks", {0, 1}}};
+               {"src", 1}};
   auto info = NcclUpdateInfo::from_json(nccl);
-  BOOST_TEST(info.sender_ranks == (std::vector<std::int64_t>{0, 1}));
-  BOOST_TEST(NcclUpdateInfo::from_json(info.to_json()).sender_ranks == info.sender_ranks);
-  // Absent, null or all rank 0: vLLM's layout, and nothing extra on the wire.
-  nccl.erase("sender_ranks");
-  BOOST_TEST(NcclUpdateInfo::from_json(nccl).sender_ranks.empty());
-  nccl["sender_ranks"] = nullptr;
-  BOOST_TEST(NcclUpdateInfo::from_json(nccl).sender_ranks.empty());
-  info.sender_ranks = {0, 0};
-  BOOST_TEST(!info.to_json().contains("sender_ranks"));
-
-  nccl["sender_ranks"] = {1};
-  HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json(nccl), ValueError,
-                          "`sender_ranks` should be of the same size as `names`: got 1 and 2");
-  nccl["sender_ranks"] = {0, -1};
-  HOTSWAP_CHECK_THROW_MSG(NcclUpdateInfo::from_json(nccl), ValueError,
-                          "`sender_ranks[1]` must be a trainer rank (0 or more), got -1");
-  nccl["sender_ranks"] = {0, "one"};
+  BOOST_TEST(info.src == 1);
+  BOOST_TEST(NcclUpdateInfo::from_json(info.to_json()).src == 1);
+  // Absent: 0, and a src of 0 is not written (vLLM's trainer deletes it: 0.33's payload).
+  nccl.erase("src");
+  BOOST_TEST(NcclUpdateInfo::from_json(nccl).src == 0);
+  info.src = 0;
+  BOOST_TEST(!info.to_json().contains("src"));
+  // hotswap's former per-name extension is no longer accepted: one wire, vLLM's.
+  nccl["sender_ranks"] = {0, 1};
   BOOST_CHECK_THROW(NcclUpdateInfo::from_json(nccl), ValueError);
-  // Only the trainer ranks (below rank_offset) send; that is checked once the group is known.
-  HOTSWAP_CHECK_THROW_MSG(check_sender_ranks({0, 2}, 2), ValueError,
-                          "`sender_ranks[1]` is 2, but the trainer ranks of this group are 0..1");
-  BOOST_CHECK_NO_THROW(check_sender_ranks({0, 1}, 2));
+  // The range is checked once the group is known, with vLLM's message.
+  HOTSWAP_CHECK_THROW_MSG(check_update_src(2, 2), ValueError,
+                          "NCCL update src must be a sender rank in [0, 2), got 2.");
+  HOTSWAP_CHECK_THROW_MSG(check_update_src(-1, 1), ValueError,
+                          "NCCL update src must be a sender rank in [0, 1), got -1.");
+  BOOST_CHECK_NO_THROW(check_update_src(1, 2));
+  // Sparse updates come from rank 0 alone.
+  json sparse_with_src = sparse({3, 0});
+  sparse_with_src["src"] = 1;
+  BOOST_CHECK_THROW(SparseNcclUpdateInfo::from_json(sparse_with_src), ValueError);
+}
 
-  json with_senders = sparse({3, 0});
-  with_senders["sender_ranks"] = {1, 0};
-  auto patches = SparseNcclUpdateInfo::from_json(with_senders);
-  BOOST_TEST(patches.sender_ranks == (std::vector<std::int64_t>{1, 0}));
-  BOOST_TEST(SparseNcclUpdateInfo::from_json(patches.to_json()).sender_ranks ==
-             patches.sender_ranks);
+BOOST_AUTO_TEST_CASE(use_load_plan_and_metadata_as_every_vllm_034_trainer_sends_them) {
+  json init = {{"master_address", "127.0.0.1"},
+               {"master_port", 29500},
+               {"rank_offset", 1},
+               {"world_size", 2},
+               {"use_load_plan", false}};
+  auto plain = NcclInitInfo::from_json(init);  // every stock 0.34 trainer sends this
+  BOOST_TEST(!plain.use_load_plan);
+  BOOST_TEST(!plain.metadata.has_value());
+  BOOST_TEST(!plain.to_json().contains("use_load_plan"));  // a 0.33 worker refuses the key
+  init["use_load_plan"] = true;
+  HOTSWAP_CHECK_THROW_MSG(NcclInitInfo::from_json(init), ValueError,
+                          "use_load_plan needs the trainer's metadata in the init info");
+  init["metadata"] = json::array(
+      {json::array({"w", "bfloat16", {2, 3}}), json::array({"b", "float32", json::array()})});
+  auto planned = NcclInitInfo::from_json(init);
+  BOOST_TEST(planned.use_load_plan);
+  BOOST_REQUIRE(planned.metadata.has_value());
+  BOOST_TEST(planned.metadata->size() == 2u);
+  BOOST_TEST((NcclInitInfo::from_json(planned.to_json()).metadata == planned.metadata));
+  init["metadata"] = json::array({json::array({"w", "bfloat16"})});
+  HOTSWAP_CHECK_THROW_MSG(NcclInitInfo::from_json(init), ValueError,
+                          "`metadata`[0] must be [name, dtype_name, shape]");
+  init["metadata"] = json::array({json::array({"w", "complex1024", {1}})});
+  HOTSWAP_CHECK_THROW_MSG(NcclInitInfo::from_json(init), ValueError, "unknown dtype name");
+  // vLLM tests the unique id with bool(): an empty one is no id.
+  json empty_id = {{"nccl_unique_id_b64", ""},
+                   {"master_address", "127.0.0.1"},
+                   {"master_port", 29500},
+                   {"rank_offset", 1},
+                   {"world_size", 2}};
+  BOOST_TEST(!NcclInitInfo::from_json(empty_id).uses_unique_id());
+
+  // Each update is checked against the manifest with vLLM's wording.
+  const auto& manifest = *planned.metadata;
+  BOOST_CHECK_NO_THROW(check_against_load_plan(manifest, {manifest[0]}));
+  auto renamed = manifest[0];
+  renamed.name = "x";
+  HOTSWAP_CHECK_THROW_MSG(check_against_load_plan(manifest, {renamed}), ValueError,
+                          "'x' sent as (torch.bfloat16, [2, 3]) was not declared in the metadata "
+                          "sent at init; with use_load_plan, re-init the engine to re-plan");
+  auto reshaped = manifest[0];
+  reshaped.shape = {3, 2};
+  HOTSWAP_CHECK_THROW_MSG(check_against_load_plan(manifest, {reshaped}), ValueError,
+                          "'w' sent as (torch.bfloat16, [3, 2]) was declared at init as "
+                          "(torch.bfloat16, [2, 3])");
+}
+
+BOOST_AUTO_TEST_CASE(the_broadcaster_plan_and_its_ownership_errors_are_vllm_034s) {
+  auto param = [](std::string name, std::optional<std::vector<std::int64_t>> owners) {
+    ParamMeta m{std::move(name), DType::kFloat32, {4, 2}};
+    m.owners = std::move(owners);
+    return m;
+  };
+  // Rank 0 and each first owner broadcast; src indexes them.
+  auto plan = plan_broadcasters({param("a", std::vector<std::int64_t>{0, 1}),
+                                 param("b", std::vector<std::int64_t>{2, 3}),
+                                 param("c", std::vector<std::int64_t>{2})});
+  BOOST_TEST(plan.group_ranks == (std::vector<std::int64_t>{0, 2}),
+             boost::test_tools::per_element());
+  BOOST_TEST(plan.src == (std::vector<std::int64_t>{0, 1, 1}), boost::test_tools::per_element());
+  // Without owners: rank 0 alone, as 0.33.
+  auto single = plan_broadcasters({param("a", std::nullopt), param("b", std::nullopt)});
+  BOOST_TEST(single.group_ranks == (std::vector<std::int64_t>{0}),
+             boost::test_tools::per_element());
+  // Rank 0 after another owner; a parameter with no owners beside several broadcasters; a rank
+  // under two broadcasters.
+  HOTSWAP_CHECK_THROW_MSG(plan_broadcasters({param("a", std::vector<std::int64_t>{1, 0})}),
+                          ValueError,
+                          "parameter 'a' has owners (1, 0): rank 0 only gathers in its own turn");
+  HOTSWAP_CHECK_THROW_MSG(
+      plan_broadcasters({param("a", std::nullopt), param("b", std::vector<std::int64_t>{1})}),
+      ValueError,
+      "parameter 'a' has no owners, so every rank owns it, but the source has several "
+      "broadcasting ranks [0, 1]. Every parameter must declare its owners.");
+  HOTSWAP_CHECK_THROW_MSG(plan_broadcasters({param("a", std::vector<std::int64_t>{0, 1}),
+                                             param("b", std::vector<std::int64_t>{1})}),
+                          ValueError, "rank 1 owns parameters broadcast by ranks 0 and 1");
+  // ParamMeta's own checks.
+  auto bad = param("a", std::vector<std::int64_t>{1, 1});
+  HOTSWAP_CHECK_THROW_MSG(check_ownership(bad), ValueError,
+                          "parameter 'a' owners must be distinct non-negative ranks, got (1, 1)");
+  auto meshed = param("a", std::vector<std::int64_t>{1, 2, 3, 4});
+  meshed.mesh_shape = {2, 3};
+  HOTSWAP_CHECK_THROW_MSG(check_ownership(meshed), ValueError,
+                          "parameter 'a' mesh_shape (2, 3) does not cover its 4 owners");
+  meshed.mesh_shape = {2, 2};
+  meshed.placements = {Placement::shard(0)};
+  HOTSWAP_CHECK_THROW_MSG(check_ownership(meshed), ValueError,
+                          "parameter 'a' has 1 placements for a 2-D mesh");
+  meshed.placements = {Placement::shard(2), Placement::replicate()};
+  HOTSWAP_CHECK_THROW_MSG(check_ownership(meshed), ValueError,
+                          "parameter 'a' shards dim 2 of a 2-D tensor");
+  meshed.placements = {Placement::replicate(), Placement::replicate()};
+  check_ownership(meshed);
+  BOOST_TEST(meshed.placements.empty());  // all replicated reads as none, as vLLM normalizes
+  auto defaulted = param("a", std::vector<std::int64_t>{3, 5});
+  check_ownership(defaulted);
+  BOOST_TEST(defaulted.mesh_shape == (std::vector<std::int64_t>{2}),
+             boost::test_tools::per_element());
+  auto unowned = param("a", std::nullopt);
+  unowned.mesh_shape = {1};
+  HOTSWAP_CHECK_THROW_MSG(check_ownership(unowned), ValueError,
+                          "parameter 'a' declares a mesh or placements without owners");
 }
 
 BOOST_AUTO_TEST_CASE(ipc_unpacked_handles_parse_and_round_trip) {

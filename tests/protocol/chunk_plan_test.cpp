@@ -86,33 +86,6 @@ BOOST_AUTO_TEST_CASE(nccl_offsets_are_prefix_sums_without_padding) {
   BOOST_TEST(plan[0].size_bytes == 30u);
 }
 
-BOOST_AUTO_TEST_CASE(nccl_chunks_never_mix_senders_and_restart_the_rule_per_run) {
-  std::vector<ParamMeta> p = {bytes_param("a", 40), bytes_param("b", 40), bytes_param("c", 40),
-                              bytes_param("d", 70), bytes_param("e", 10), bytes_param("f", 10)};
-  const std::vector<std::int64_t> senders = {0, 0, 1, 1, 1, 0};
-  auto plan = plan_nccl_chunks(p, 100, senders);
-  // Rank 0's run {a, b} never reaches 100; rank 1's {c, d} crosses it at d, then {e} alone.
-  BOOST_CHECK(members(plan) == (Members{{0, 1}, {2, 3}, {4}, {5}}));
-  std::vector<std::int64_t> roots;
-  for (const auto& chunk : plan)
-    roots.push_back(chunk.sender_rank);
-  BOOST_TEST(roots == (std::vector<std::int64_t>{0, 1, 1, 0}), boost::test_tools::per_element());
-  BOOST_TEST(plan[1].slices[1].offset == 40u);  // offsets restart with each chunk
-}
-
-BOOST_AUTO_TEST_CASE(nccl_one_sender_gives_vllms_plan) {
-  std::vector<ParamMeta> p = {bytes_param("a", 60), bytes_param("b", 41), bytes_param("c", 40)};
-  const std::vector<std::int64_t> all_rank_one(3, 1);
-  auto vllm = plan_nccl_chunks(p, 100);
-  auto one = plan_nccl_chunks(p, 100, all_rank_one);
-  BOOST_CHECK(members(one) == members(vllm));
-  BOOST_TEST(one[0].sender_rank == 1);
-  BOOST_TEST(vllm[0].sender_rank == 0);
-  const std::vector<std::int64_t> too_few = {0};
-  HOTSWAP_CHECK_THROW_MSG(plan_nccl_chunks(p, 100, too_few), ValueError,
-                          "sender_ranks names 1 senders for 3 parameters");
-}
-
 BOOST_AUTO_TEST_CASE(ipc_flushes_before_overflowing) {
   std::vector<ParamMeta> p = {bytes_param("a", 60), bytes_param("b", 41), bytes_param("c", 40)};
   auto plan = plan_ipc_chunks(p, 100);

@@ -74,7 +74,10 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
                           "`tokens[1]` must be a non-negative integer token id");
   HOTSWAP_CHECK_THROW_MSG(validate_params("detokenize", json::object()), ValueError,
                           "detokenize needs `tokens`");
-  BOOST_TEST(method_names().size() == 20u);
+  HOTSWAP_CHECK_THROW_MSG(validate_params("abort_requests", {{"request_ids", {"a", 1}}}),
+                          ValueError, "request_ids");
+  BOOST_CHECK_NO_THROW(validate_params("abort_requests", {{"request_ids", {"cmpl-a-0"}}}));
+  BOOST_TEST(method_names().size() == 21u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -182,8 +185,7 @@ BOOST_AUTO_TEST_CASE(the_weight_calls_carry_vllms_metric_operation_names) {
       {"start_weight_update", "start"},
       {"start_draft_weight_update", "start_draft"},
       {"update_weights", "update"},
-      {"finish_weight_update", "finish"},
-      {"update_weight_version", "set_version"}};
+      {"finish_weight_update", "finish"}};  // vLLM 0.34 times no set_version
   BOOST_TEST((ops == vllm));
 }
 

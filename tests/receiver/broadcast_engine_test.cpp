@@ -241,14 +241,12 @@ BOOST_AUTO_TEST_CASE(a_non_sender_rank_iterates_its_source_and_never_touches_the
   BOOST_TEST(source->passes == 2);
 }
 
-BOOST_AUTO_TEST_CASE(a_sender_rank_outside_the_trainer_ranks_is_refused_before_any_collective) {
+BOOST_AUTO_TEST_CASE(a_src_outside_the_broadcasters_is_refused_before_any_collective) {
   InProcessPair pair;
-  // One trainer rank (rank_offset 1): rank 1 is this worker, which never sends.
-  json update = {
-      {"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{4}}}, {"sender_ranks", {1}}};
+  // One broadcaster (rank_offset 1): group rank 1 is this worker, which never sends.
+  json update = {{"names", {"w"}}, {"dtype_names", {"float32"}}, {"shapes", {{4}}}, {"src", 1}};
   HOTSWAP_CHECK_THROW_MSG(pair.engine->update_weights(update), protocol::ValueError,
-                          "`sender_ranks[0]` is 1, but the trainer ranks of this group are 0..0 "
-                          "(rank_offset 1); a worker rank never sends");
+                          "NCCL update src must be a sender rank in [0, 1), got 1.");
   // Nothing moved, so the group is still in step: the next round works.
   pair.trainer->send_weights();
   BOOST_TEST(pair.model->loaded.size() == pair.tensors.size());

@@ -6,6 +6,7 @@ pure-Python client; and the GIL released while bytes move.
 Usage: python_bindings_test.py WORKER MAKE_MODEL  (with the built package on PYTHONPATH)
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -119,7 +120,7 @@ def types_and_values(tensors):
         def __iter__(self):
             return iter(())
 
-    expect(RuntimeError, "must implement metadata()", lambda: NoMetadata().groups())
+    expect(RuntimeError, "must implement metadata", lambda: NoMetadata().groups())
 
     class BadHeld(ListSource):
         def held_names(self):
@@ -161,6 +162,47 @@ def types_and_values(tensors):
     check([m.name for m in module_source.metadata()] == ["weight", "bias"], "ModuleSource names")
 
 
+class Vllm034Source(hotswap.WeightSource):
+    """A source written for vLLM 0.34: `metadata` a cached property, `iter_full()` instead of
+    iteration, owners in the metadata."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.tensors = tensors
+
+    @functools.cached_property
+    def metadata(self):
+        return [hotswap.ParamMeta(n, t.dtype, tuple(t.shape), owners=(0,))
+                for n, t in self.tensors.items()]
+
+    def iter_full(self):
+        yield from self.tensors.items()
+
+
+def vllm_034_forms():
+    """ParamMeta's 0.34 fields with vLLM's checks, and 0.34's placements."""
+    m = hotswap.ParamMeta("w", torch.float32, (4, 2), owners=(3, 5), mesh_shape=(2,),
+                          placements=(hotswap.Shard(0),))
+    check(m.owners == (3, 5) and m.mesh_shape == (2,) and m.placements == (hotswap.Shard(0),),
+          f"ParamMeta keeps its ownership: {m.owners} {m.mesh_shape} {m.placements}")
+    plain = hotswap.ParamMeta("w", torch.float32, (4, 2))
+    check(plain.owners is None and plain.mesh_shape is None and plain.placements is None,
+          "a ParamMeta without owners has none")
+    replicated = hotswap.ParamMeta("w", torch.float32, (4, 2), owners=(1,),
+                                   placements=(hotswap.Replicate(),))
+    check(replicated.placements is None, "all-Replicate placements read as None, as in vLLM")
+    expect(ValueError, "owners must be distinct non-negative ranks, got (1, 1)",
+           lambda: hotswap.ParamMeta("w", torch.float32, (4,), owners=(1, 1)))
+    expect(ValueError, "mesh_shape (3,) does not cover its 2 owners",
+           lambda: hotswap.ParamMeta("w", torch.float32, (4,), owners=(1, 2), mesh_shape=(3,)))
+    expect(ValueError, "shards dim 1 of a 1-D tensor",
+           lambda: hotswap.ParamMeta("w", torch.float32, (4,), owners=(1,),
+                                     placements=(hotswap.Shard(1),)))
+    expect(ValueError, "declares a mesh or placements without owners",
+           lambda: hotswap.ParamMeta("w", torch.float32, (4,), mesh_shape=(1,)))
+    expect(TypeError, "", lambda: hotswap.ParamMeta("w", torch.float32, (4,), (0,)))  # keyword
+
+
 def against_a_worker(worker, model, tensors):
     factory = hotswap.WeightTransferTrainerFactory
     with hotswap.WorkerProcess(worker, model, "shm") as w:
@@ -179,6 +221,13 @@ def against_a_worker(worker, model, tensors):
         engine.push(weight_version="v1", verify=True)
         serves("v1")
         engine.shutdown()
+
+        # A source written for vLLM 0.34 plugs in unchanged.
+        engine = factory.trainer_init(info, client=client, source=Vllm034Source(good))
+        engine.push(weight_version="v034", verify=True)
+        serves("v034")
+        engine.shutdown()
+        client.call("update_weight_version", {"new_version": "v1"})  # what the checks below expect
 
         # A tensor of the wrong dtype, or one on the meta device: named, and nothing lost.
         wrong_dtype = ListSource(good, {first: good[first].double()})
@@ -309,6 +358,7 @@ def main(worker, make):
                     "128", "--seed", "3", "--out", model], check=True, stdout=subprocess.DEVNULL)
     tensors = hotswap.load_checkpoint(model)
     types_and_values(tensors)
+    vllm_034_forms()
     against_a_worker(worker, model, tensors)
     if FAILURES:
         print("python bindings: FAILED")

@@ -67,10 +67,10 @@ def main(worker, make):
             assert e.code == -32000 and "no tokenizer.json" in e.message, (e.code, e.message)
         # Completions from token ids need no tokenizer; their tokens say their version.
         done = client.completions([1, 2, 3], max_tokens=4, temperature=0, ignore_eos=True,
-                                  return_token_ids=True)
+                                  return_token_ids=True, return_weight_versions=True)
         choice = done["choices"][0]
         assert choice["token_ids"] == after["token_ids"], (choice, after)
-        assert choice["weight_versions"] == [["py-1", 0, 4]], choice
+        assert choice["weight_versions"] == [{"version": "py-1", "start": 0, "end": 4}], choice
         assert client.models()["data"][0]["object"] == "model"
         print("python client: ok")
     finally:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hotswap-trainer end to end against real workers: gloo into two workers (one trainer rank, or
-# two that each send the experts or layers they hold), shm, disk, sparse_gloo, every round
-# verified. Usage: trainer_cli_test.sh WORKER TRAINER MAKE_MODEL
+# two that each send the experts or layers they hold) and into tensor-parallel workers, shm, disk,
+# sparse_gloo, every round verified. Usage: trainer_cli_test.sh WORKER TRAINER MAKE_MODEL
 set -euo pipefail
 worker=$1 trainer=$2 make=$3
 dir=$(mktemp -d)
@@ -30,6 +30,14 @@ out=$("$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 2
 echo "$out" | grep -q 'round 2/2: gloo .* weight_version "round-2", verified'
 out=$("$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 1 --no-packed --verify --seed 9)
 echo "$out" | grep -q 'round 1/1: gloo .*verified'
+# A tensor-parallel worker is two ranks of the group, and a second replica two more: the trainer
+# sizes the group from the workers' get_world_size (it used to count one rank per endpoint).
+start t0 gloo --tensor-parallel-size 2 --data-parallel-rank 0 --data-parallel-size 2; t0=$endpoint
+start t1 gloo --tensor-parallel-size 2 --data-parallel-rank 1 --data-parallel-size 2; t1=$endpoint
+out=$("$trainer" --workers "$t0,$t1" --backend gloo --source "$dir/m" --rounds 2 --verify)
+echo "$out" | grep -q 'round 2/2: gloo .* weight_version "round-2", verified'
+"$trainer" --workers "$t0" --backend gloo --source "$dir/m" --rounds 1 --verify --seed 8 |
+  grep -q 'round 1/1: gloo .*verified'
 # A two-process trainer: rank 1 iterates its source each round and never touches the workers.
 "$trainer" --workers "$g0,$g1" --backend gloo --source "$dir/m" --rounds 2 --rank 1 >"$dir/rank1.out" &
 rank1=$!

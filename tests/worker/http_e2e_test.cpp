@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <thread>
 
 #include "model_loader/model_test_support.hpp"
 #include "transport/gloo_communicator.hpp"
@@ -69,7 +70,79 @@ BOOST_FIXTURE_TEST_CASE(routes_answer_with_vllms_status_codes_and_bodies, Fixtur
   BOOST_TEST(generated["weight_versions"] == json({{"step-4", 0, 3}}));
 }
 
-BOOST_FIXTURE_TEST_CASE(bad_requests_are_400s_and_wrong_order_409s, Fixture) {
+BOOST_FIXTURE_TEST_CASE(vllm_034_routes_abort_503_while_paused_and_a_held_trainer, Fixture) {
+  // The weights a worker starts with are labelled "default".
+  BOOST_TEST((get("/weight_info") == Reply{200, {{"weight_version", "default"}}}));
+
+  // abort_requests: vLLM's body and reply; a request in flight ends with "abort".
+  BOOST_TEST((post("/abort_requests") == Reply{200, {{"status", "aborted"}, {"aborted", 0}}}));
+  BOOST_TEST((post("/abort_requests", "[1]").first == 400));
+  BOOST_TEST((post("/abort_requests", "{").first == 400));
+  BOOST_TEST((post("/abort_requests", R"({"request_ids": "x"})").first == 400));
+  // Paused in keep mode, the request waits in the queue until it is aborted there.
+  BOOST_TEST(post("/pause?mode=keep").first == 200);
+  std::thread long_generate([this] {
+    httplib::Client other{"127.0.0.1", port};
+    other.set_read_timeout(std::chrono::seconds(60));
+    auto res = other.Post(
+        "/generate", R"({"prompt_token_ids": [1, 2], "max_tokens": 8, "request_id": "rollout-7"})",
+        "application/json");
+    BOOST_REQUIRE(res);
+    BOOST_TEST(json::parse(res->body)["finish_reason"] == "abort");
+  });
+  Reply aborted;
+  for (int i = 0; i < 500; ++i) {
+    auto [_, health] = get("/health");
+    if (health["requests_in_flight"] == 1) {
+      aborted = post("/abort_requests", R"({"request_ids": ["rollout-7", "unknown"]})");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  long_generate.join();
+  // vLLM counts the ids it was given, known or not.
+  BOOST_TEST((aborted == Reply{200, {{"status", "aborted"}, {"aborted", 2}}}));
+  BOOST_TEST(post("/resume").first == 200);
+
+  // Paused in abort or wait mode, new requests get vLLM 0.34's 503; in keep they queue.
+  const std::string request = R"({"prompt_token_ids": [1, 2], "max_tokens": 2})";
+  for (const char* mode : {"abort", "wait"}) {
+    BOOST_TEST(post(std::string("/pause?mode=") + mode).first == 200);
+    auto [status, body] = post("/generate", request);
+    BOOST_TEST(status == 503);
+    BOOST_TEST(body["error"]["message"] == "Generation is paused. Please retry after it resumes.");
+    auto completion =
+        http.Post("/v1/completions", R"({"prompt": [1, 2], "max_tokens": 2})", "application/json");
+    BOOST_REQUIRE(completion);
+    BOOST_TEST(completion->status == 503);
+    BOOST_TEST(post("/resume").first == 200);
+  }
+  BOOST_TEST(post("/pause?mode=keep").first == 200);
+  std::thread queued([this, &request] {
+    httplib::Client other{"127.0.0.1", port};
+    auto res = other.Post("/generate", request, "application/json");
+    BOOST_REQUIRE(res);
+    BOOST_TEST(res->status == 200);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  BOOST_TEST(post("/resume").first == 200);
+  queued.join();
+
+  // The trainer connection stays while an update is open.
+  BOOST_TEST(post("/init_weight_transfer_engine", R"({"init_info": {}})").first == 200);
+  BOOST_TEST(post("/start_weight_update").first == 200);
+  auto [refused, why] = post("/shutdown_weight_transfer_engine");
+  BOOST_TEST(refused == 500);
+  BOOST_TEST(why["error"]["message"] ==
+             "Cannot release a trainer connection during a weight update");
+  json path = {{"update_info", {{"path", new_ckpt.dir.path.string()}}}};
+  BOOST_TEST(post("/update_weights", path.dump()).first == 200);
+  BOOST_TEST(post("/finish_weight_update").first == 200);
+  BOOST_TEST((post("/shutdown_weight_transfer_engine") ==
+              Reply{200, {{"message", "Weight transfer shut down"}}}));
+}
+
+BOOST_FIXTURE_TEST_CASE(bad_requests_are_400s_and_wrong_order_500s_as_in_vllm_034, Fixture) {
   BOOST_TEST(post("/init_weight_transfer_engine", "{not json").first == 400);
   BOOST_TEST(post("/init_weight_transfer_engine", "{not json").second["detail"] ==
              "Invalid JSON format");
@@ -95,8 +168,8 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_are_400s_and_wrong_order_409s, Fixture) {
   BOOST_TEST(s4 == 400);
   BOOST_TEST(b4["detail"] == "Invalid pause mode 'on': expected abort, wait or keep");
   BOOST_TEST(get("/is_paused").second["is_paused"] == false);  // no state change
-  BOOST_TEST(post("/update_weights", R"({"update_info": {"path": "/x"}})").first == 409);
-  BOOST_TEST(post("/finish_weight_update").first == 409);
+  BOOST_TEST(post("/update_weights", R"({"update_info": {"path": "/x"}})").first == 500);
+  BOOST_TEST(post("/finish_weight_update").first == 500);
   BOOST_TEST(post("/weight_checker", R"({"action": "explode"})").first == 400);
   // The worker is still there and serving.
   BOOST_TEST(get("/health").first == 200);
@@ -118,17 +191,26 @@ BOOST_FIXTURE_TEST_CASE(metrics_count_weight_operations_but_not_rejected_input, 
     if (!found) BOOST_TEST_MESSAGE("missing metric line: " << line << "\n" << text);
     return found;
   };
+  // vLLM 0.34: a histogram with its buckets and the in-flight gauge; its outcome counter went,
+  // and lives on under hotswap's name.
+  BOOST_TEST(has("# TYPE vllm:rl_weight_update_operation_duration_seconds histogram"));
   BOOST_TEST(
-      has("vllm:rl_weight_update_operations_total{operation=\"init\",status=\"success\"} 1"));
-  BOOST_TEST(has("vllm:rl_weight_update_operations_total{operation=\"init\",status=\"error\"} 0"));
+      has("vllm:rl_weight_update_operation_duration_seconds_bucket{operation=\"update\","
+          "le=\"0.01\"}"));
   BOOST_TEST(
-      has("vllm:rl_weight_update_operations_total{operation=\"finish\",status=\"success\"} 1"));
+      has("vllm:rl_weight_update_operation_duration_seconds_bucket{operation=\"update\","
+          "le=\"600.0\"} 1"));
   BOOST_TEST(
-      has("vllm:rl_weight_update_operations_total{operation=\"finish\",status=\"error\"} 1"));
-  BOOST_TEST(has(
-      "vllm:rl_weight_update_operations_total{operation=\"set_version\",status=\"success\"} 1"));
-  BOOST_TEST(has("vllm:rl_weight_update_operations_in_flight{operation=\"update\"} 0"));
+      has("vllm:rl_weight_update_operation_duration_seconds_bucket{operation=\"finish\","
+          "le=\"+Inf\"} 2"));
   BOOST_TEST(has("vllm:rl_weight_update_operation_duration_seconds_count{operation=\"update\"} 1"));
+  BOOST_TEST(has("vllm:rl_weight_update_operations_in_flight{operation=\"update\"} 0"));
+  BOOST_TEST(!has("vllm:rl_weight_update_operations_total"));
+  BOOST_TEST(!has("set_version"));
+  BOOST_TEST(
+      has("hotswap_weight_update_operations_total{operation=\"init\",status=\"success\"} 1"));
+  BOOST_TEST(
+      has("hotswap_weight_update_operations_total{operation=\"finish\",status=\"error\"} 1"));
   BOOST_TEST(has("hotswap_weight_version_info{version=\"v9\"} 1"));
   BOOST_TEST(!has("hotswap_weight_bytes_received_total 0\n"));
   // Every line a scraper can read: samples used to run together on one line.

@@ -39,14 +39,16 @@ def main(worker, make_model, tokenizer):
 
             whole = client.completions.create(
                 model="tiny", prompt=["Hello world", "Rollouts"], max_tokens=8, n=2, seed=3,
-                logprobs=2, extra_body={"ignore_eos": True, "return_token_ids": True})
+                logprobs=2, extra_body={"ignore_eos": True, "return_token_ids": True,
+                                                    "return_weight_versions": True})
             assert len(whole.choices) == 4, whole
             assert whole.usage.completion_tokens == 32, whole.usage
             first = whole.choices[0]
             assert first.finish_reason == "length"
             assert len(first.logprobs.tokens) == 8
             extra = first.model_extra
-            assert len(extra["token_ids"]) == 8 and extra["weight_versions"] == [[None, 0, 8]], extra
+            assert len(extra["token_ids"]) == 8 and extra["weight_versions"] == [
+                {"version": "default", "start": 0, "end": 8}], extra
 
             text, chunks = "", 0
             for chunk in client.completions.create(model="tiny", prompt="Hello world",

@@ -83,7 +83,7 @@ BOOST_FIXTURE_TEST_CASE(every_method_answers_with_vllms_bodies, Fixture) {
   auto worker = start({"--data-parallel-rank", "1", "--data-parallel-size", "2"});
   auto client = client_for(*worker);
   BOOST_TEST(client.call("health")["status"] == "ok");
-  BOOST_TEST(client.call("weight_info") == json({{"weight_version", nullptr}}));
+  BOOST_TEST(client.call("weight_info") == json({{"weight_version", "default"}}));  // vLLM 0.34
   BOOST_TEST(client.call("get_world_size") == json({{"world_size", 2}}));
   BOOST_TEST(client.call("get_world_size", {{"include_dp", false}}) == json({{"world_size", 1}}));
   BOOST_TEST(client.call("is_paused") == json({{"is_paused", false}}));
@@ -403,7 +403,11 @@ BOOST_FIXTURE_TEST_CASE(pause_modes_and_weight_version_spans, Fixture) {
   BOOST_TEST(spans[0][1] == 0);
   BOOST_TEST(spans[0][2] == spans[1][1]);
   BOOST_TEST(spans[1][2] == result["token_ids"].size());
-  // While paused, new requests wait.
+  // Paused in abort mode, new requests are refused (vLLM 0.34's 503: retry after resume); in keep
+  // mode they wait.
+  HOTSWAP_CHECK_THROW_MSG(b.call("generate", greedy(3)), protocol::OverloadedError,
+                          "Generation is paused. Please retry after it resumes.");
+  a.call("pause", {{"mode", "keep"}});
   auto waiting = std::async(std::launch::async, [&] { return b.call("generate", greedy(3)); });
   BOOST_TEST((waiting.wait_for(300ms) == std::future_status::timeout));
   a.call("resume");

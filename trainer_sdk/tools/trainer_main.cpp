@@ -232,7 +232,9 @@ int main(int argc, char** argv) {
       clients.push_back(std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, timeout));
     }
     auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
-    const int world_size = ranks + static_cast<int>(clients.size());
+    // Every trainer rank broadcasts (each sends what it holds), and each endpoint may be a
+    // tensor-parallel worker of several ranks: the group's size comes from the workers.
+    const int world_size = ranks + client->inference_world_size();
     if (ranks > 1 && backend != "gloo" && backend != "nccl") {
       throw protocol::ValueError("--ranks " + std::to_string(ranks) +
                                  " is for the gloo and nccl backends, where every trainer rank "

@@ -193,7 +193,11 @@ void bind_clients(py::module_& m) {
              return std::make_shared<FanOutClient>(std::move(clients));
            }),
            py::arg("workers"), py::arg("timeout") = 300.0)
-      .def_property_readonly("workers", &FanOutClient::workers);
+      .def_property_readonly("workers", &FanOutClient::workers)
+      .def("inference_world_size", &FanOutClient::inference_world_size,
+           py::call_guard<py::gil_scoped_release>(),
+           "The inference ranks behind every endpoint (get_world_size summed, as vLLM's recipe "
+           "does): a transfer group's world_size is this plus its broadcasting trainer ranks.");
 }
 
 }  // namespace hotswap::python

@@ -58,8 +58,52 @@ at::Tensor tensor_argument(py::handle value, const std::string& what) {
   return THPVariable_Unpack(value.ptr());
 }
 
+std::optional<std::vector<std::int64_t>> owners_from(py::handle value, const std::string& what) {
+  if (value.is_none()) return std::nullopt;
+  std::vector<std::int64_t> ranks;
+  for (py::handle r : py::iter(value)) {
+    if (!py::isinstance<py::int_>(r) || py::isinstance<py::bool_>(r)) {
+      throw py::type_error(what + " must be a sequence of ints, got " + type_name(r) + " in it");
+    }
+    ranks.push_back(r.cast<std::int64_t>());
+  }
+  return ranks;
+}
+
+std::vector<protocol::Placement> placements_from(py::handle value, const std::string& what) {
+  std::vector<protocol::Placement> out;
+  if (value.is_none()) return out;
+  for (py::handle p : py::iter(value)) {
+    if (py::isinstance<protocol::Placement>(p)) {
+      out.push_back(p.cast<protocol::Placement>());
+    } else if (py::hasattr(p, "dim")) {  // vLLM's Shard(dim)
+      out.push_back(protocol::Placement::shard(p.attr("dim").cast<std::int64_t>()));
+    } else if (std::string(Py_TYPE(p.ptr())->tp_name).ends_with("Replicate")) {
+      out.push_back(protocol::Placement::replicate());
+    } else {
+      throw py::type_error(what + ": placement " + py::repr(p).cast<std::string>() +
+                           " is neither Replicate nor Shard");
+    }
+  }
+  return out;
+}
+
 protocol::ParamMeta param_meta_from(py::handle value, const std::string& what) {
   if (py::isinstance<protocol::ParamMeta>(value)) return value.cast<protocol::ParamMeta>();
+  if (py::hasattr(value, "name") && py::hasattr(value, "dtype") && py::hasattr(value, "shape")) {
+    // vLLM's own ParamMeta (or one like it): its fields, ownership included.
+    protocol::ParamMeta meta;
+    meta.name = py::str(value.attr("name")).cast<std::string>();
+    meta.dtype = wire_dtype(value.attr("dtype"), what + " ('" + meta.name + "') dtype");
+    meta.shape = value.attr("shape").cast<std::vector<std::int64_t>>();
+    meta.owners = owners_from(py::getattr(value, "owners", py::none()), what + " owners");
+    py::object mesh = py::getattr(value, "mesh_shape", py::none());
+    if (!mesh.is_none()) meta.mesh_shape = mesh.cast<std::vector<std::int64_t>>();
+    meta.placements =
+        placements_from(py::getattr(value, "placements", py::none()), what + " placements");
+    protocol::check_ownership(meta);
+    return meta;
+  }
   if (!py::isinstance<py::tuple>(value) && !py::isinstance<py::list>(value)) {
     throw py::type_error(what +
                          " must be a hotswap.ParamMeta or a (name, dtype, shape) tuple, got " +

@@ -41,8 +41,15 @@ std::chrono::milliseconds timeout_argument(double seconds, const std::string& wh
 // A torch.Tensor argument, unwrapped without a copy; a TypeError naming `what` otherwise.
 at::Tensor tensor_argument(py::handle value, const std::string& what);
 
-// A ParamMeta from a hotswap.ParamMeta or a (name, dtype, shape) tuple.
+// A ParamMeta from a hotswap.ParamMeta, a (name, dtype, shape) tuple, or any object with
+// vLLM's ParamMeta attributes (name, dtype, shape, and 0.34's owners, mesh_shape, placements),
+// vLLM's own included; ownership checked as vLLM checks it.
 protocol::ParamMeta param_meta_from(py::handle value, const std::string& what);
+
+// vLLM 0.34's placements (Replicate(), Shard(dim): any object with a `dim` is a Shard) and
+// owners as C++ values; None is empty. A TypeError naming `what` otherwise.
+std::vector<protocol::Placement> placements_from(py::handle value, const std::string& what);
+std::optional<std::vector<std::int64_t>> owners_from(py::handle value, const std::string& what);
 
 // Runs while a C++ engine called back into Python and Python raised: rethrows it as the
 // protocol error of its kind (a HotswapError's worker kind; ValueError and TypeError as

@@ -122,7 +122,20 @@ class PythonWeightSource final : public WeightSource {
  public:
   std::vector<protocol::ParamMeta> metadata() override {
     py::gil_scoped_acquire gil;
-    py::object result = call_override("metadata", /*required=*/true);
+    // vLLM 0.33 calls metadata(); 0.34 reads it as a (cached) property. (get_override would
+    // refuse the property's value: it is not callable.)
+    py::object result;
+    try {
+      result = py::getattr(self(), "metadata", py::none());
+      if (PyCallable_Check(result.ptr())) result = result();
+    } catch (py::error_already_set& error) {
+      rethrow_python_error(error, "WeightSource.metadata");
+    }
+    if (result.is_none()) {
+      throw protocol::RuntimeError(
+          "a hotswap.WeightSource subclass must implement metadata (a method, or a property "
+          "as vLLM 0.34 has it)");
+    }
     std::vector<protocol::ParamMeta> meta;
     std::size_t i = 0;
     for (py::handle item : py::iter(result)) {
@@ -133,8 +146,12 @@ class PythonWeightSource final : public WeightSource {
 
   std::unique_ptr<WeightStream> iter() override {
     py::gil_scoped_acquire gil;
-    py::object iterable = call_override("__iter__", /*required=*/true);
-    return std::make_unique<PythonWeightStream>(iterator_of(iterable, "__iter__"));
+    // vLLM 0.33's sources iterate; 0.34's implement iter_full() (each owned parameter, whole).
+    const char* method = py::get_override(this, "__iter__")    ? "__iter__"
+                         : py::get_override(this, "iter_full") ? "iter_full"
+                                                               : "__iter__";
+    py::object iterable = call_override(method, /*required=*/true);
+    return std::make_unique<PythonWeightStream>(iterator_of(iterable, method));
   }
 
   std::optional<std::unordered_set<std::string>> held_names() override {
@@ -179,6 +196,12 @@ class PythonWeightSource final : public WeightSource {
     } catch (py::error_already_set& error) {
       rethrow_python_error(error, std::string("WeightSource.") + name + "()");
     }
+  }
+
+  // The Python object this is the C++ side of.
+  py::object self() const {
+    return py::reinterpret_borrow<py::object>(py::detail::get_object_handle(
+        static_cast<const WeightSource*>(this), py::detail::get_type_info(typeid(WeightSource))));
   }
 
   // iter(iterable): a TypeError naming the method when what it returned is not iterable.
@@ -229,22 +252,65 @@ std::vector<std::int64_t> shape_argument(const py::handle& shape) {
 }  // namespace
 
 void bind_weight_sources(py::module_& m) {
+  py::class_<protocol::Placement>(
+      m, "Placement", "How a parameter lies over one mesh axis: Replicate() or Shard(dim).")
+      .def_property_readonly("dim",
+                             [](const protocol::Placement& p) -> py::object {
+                               if (p.kind == protocol::Placement::Kind::kShard)
+                                 return py::int_(p.dim);
+                               return py::none();
+                             })
+      .def("__eq__",
+           [](const protocol::Placement& a, const protocol::Placement& b) { return a == b; })
+      .def("__repr__", [](const protocol::Placement& p) {
+        return p.kind == protocol::Placement::Kind::kShard
+                   ? "Shard(dim=" + std::to_string(p.dim) + ")"
+                   : std::string("Replicate()");
+      });
+  m.def("Replicate", &protocol::Placement::replicate,
+        "Every coordinate along this mesh axis holds the whole extent (vLLM's Replicate()).");
+  m.def("Shard", &protocol::Placement::shard, py::arg("dim"),
+        "This mesh axis splits tensor dim `dim` as torch.chunk does (vLLM's Shard(dim)).");
+
   py::class_<protocol::ParamMeta>(
-      m, "ParamMeta", "Name, wire dtype and full (Hugging Face) shape of one parameter.")
-      .def(py::init([](std::string name, py::handle dtype, py::handle shape) {
-             return protocol::ParamMeta{std::move(name), wire_dtype(dtype, "ParamMeta dtype"),
-                                        shape_argument(shape)};
+      m, "ParamMeta",
+      "Name, wire dtype and full (Hugging Face) shape of one parameter, and (vLLM 0.34,\n"
+      "keyword-only) the trainer ranks that own it, their mesh and the placements over it.")
+      .def(py::init([](std::string name, py::handle dtype, py::handle shape, py::handle owners,
+                       py::handle mesh_shape, py::handle placements) {
+             protocol::ParamMeta meta{std::move(name), wire_dtype(dtype, "ParamMeta dtype"),
+                                      shape_argument(shape)};
+             meta.owners = owners_from(owners, "ParamMeta owners");
+             if (!mesh_shape.is_none()) meta.mesh_shape = shape_argument(mesh_shape);
+             meta.placements = placements_from(placements, "ParamMeta placements");
+             protocol::check_ownership(meta);
+             return meta;
            }),
-           py::arg("name"), py::arg("dtype"), py::arg("shape"))
+           py::arg("name"), py::arg("dtype"), py::arg("shape"), py::kw_only(),
+           py::arg("owners") = py::none(), py::arg("mesh_shape") = py::none(),
+           py::arg("placements") = py::none())
+      .def_property_readonly("owners",
+                             [](const protocol::ParamMeta& p) -> py::object {
+                               if (!p.owners) return py::none();
+                               return py::tuple(py::cast(*p.owners));
+                             })
+      .def_property_readonly("mesh_shape",
+                             [](const protocol::ParamMeta& p) -> py::object {
+                               if (!p.owners) return py::none();
+                               return py::tuple(py::cast(p.mesh_shape));
+                             })
+      .def_property_readonly("placements",
+                             [](const protocol::ParamMeta& p) -> py::object {
+                               if (p.placements.empty()) return py::none();
+                               return py::tuple(py::cast(p.placements));
+                             })
       .def_readonly("name", &protocol::ParamMeta::name)
       .def_property_readonly("dtype",
                              [](const protocol::ParamMeta& p) { return torch_dtype(p.dtype); })
       .def_property_readonly(
           "shape", [](const protocol::ParamMeta& p) { return py::tuple(py::cast(p.shape)); })
       .def("__eq__",
-           [](const protocol::ParamMeta& a, const protocol::ParamMeta& b) {
-             return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
-           })
+           [](const protocol::ParamMeta& a, const protocol::ParamMeta& b) { return a == b; })
       .def("__repr__", [](const protocol::ParamMeta& p) {
         return "ParamMeta(name=" + py::repr(py::str(p.name)).cast<std::string>() +
                ", dtype=" + py::repr(torch_dtype(p.dtype)).cast<std::string>() +

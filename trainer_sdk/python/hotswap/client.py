@@ -33,6 +33,7 @@ CONTROL_METHODS = (
     "pause",
     "resume",
     "is_paused",
+    "abort_requests",
     "get_world_size",
     "weight_checker",
     "generate",
