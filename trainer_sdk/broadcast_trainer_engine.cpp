@@ -311,13 +311,13 @@ void BroadcastTrainerEngine::agree_on_senders(
         if (dynamic_cast<const protocol::Error*>(&e) != nullptr) throw;
         throw protocol::ValueError(transport::one_line_cause(e));  // a malformed post
       }
-      store->set(verdict_key, nlohmann::json{{"sender_ranks", senders_}}.dump());
+      store->set(verdict_key, nlohmann::json{{"senders", senders_}}.dump());
     } else {
       auto verdict = read_verdict(info_.timeout);
       if (verdict.contains("error")) {
         throw protocol::ValueError(verdict["error"].get<std::string>());
       }
-      senders_ = verdict.at("sender_ranks").get<std::vector<std::int64_t>>();
+      senders_ = verdict.at("senders").get<std::vector<std::int64_t>>();
     }
     layout_ = std::move(mine.metadata);
     if (plan) {

@@ -22,7 +22,10 @@
 //    ascending order, each with that broadcaster's parameters in metadata order and its group
 //    rank as `src` (absent when 0: vLLM 0.33's payload); every member joins each call's
 //    broadcasts, as the root for its own turn, into a scratch buffer otherwise; packed chunks
-//    are cut per call. Rank 0 commits (finish_weight_update) only once every member has said
+//    are cut per call. A member reads its source in metadata order, the names it sends in its
+//    own turn and the ones it holds but does not send around it, so a source whose reads are
+//    collectives among the holders of a name needs those holders under one broadcaster (what
+//    vLLM's ownership rules require of owners). Rank 0 commits (finish_weight_update) only once every member has said
 //    its pass ended cleanly, then posts the round's outcome, and the other members return only
 //    when it says the round committed, so a rank may verify what it sent as soon as send_weights
 //    returns. The ranks must share world_size, trainer_ranks and the packing settings.
