@@ -1,6 +1,7 @@
 #include "protocol/nccl_info.hpp"
 
-#include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 #include "protocol/base64.hpp"
 #include "protocol/errors.hpp"
@@ -173,13 +174,19 @@ void check_against_load_plan(const std::vector<ParamMeta>& manifest,
   auto described = [](const ParamMeta& m) {
     return "(torch." + std::string(dtype_name(m.dtype)) + ", " + shape_to_string(m.shape) + ")";
   };
+  // By name: a model's manifest has thousands of entries, and every update is checked.
+  std::unordered_map<std::string_view, const ParamMeta*> declared;
+  declared.reserve(manifest.size());
+  for (const auto& m : manifest)
+    declared.emplace(m.name, &m);
   for (const auto& p : update) {
-    auto it = std::find_if(manifest.begin(), manifest.end(),
-                           [&p](const ParamMeta& m) { return m.name == p.name; });
-    if (it != manifest.end() && it->dtype == p.dtype && it->shape == p.shape) continue;
-    const std::string problem = it == manifest.end()
+    auto it = declared.find(p.name);
+    if (it != declared.end() && it->second->dtype == p.dtype && it->second->shape == p.shape) {
+      continue;
+    }
+    const std::string problem = it == declared.end()
                                     ? "was not declared in the metadata sent at init"
-                                    : "was declared at init as " + described(*it);
+                                    : "was declared at init as " + described(*it->second);
     throw ValueError("NCCL weight transfer: '" + p.name + "' sent as " + described(p) + " " +
                      problem + "; with use_load_plan, re-init the engine to re-plan");
   }
