@@ -24,6 +24,9 @@ void new_version(const json& params) {
 void pause(const json& params) {
   PauseParams::from_json(params);
 }
+void shutdown_params(const json& params) {
+  abort_update_of(params);
+}
 void abort_requests(const json& params) {
   AbortRequestsParams::from_json(params);
 }
@@ -63,7 +66,7 @@ const std::vector<ControlMethod>& control_methods() {
       weight_transfer_call(kInitWeightTransferEngine, "/init_weight_transfer_engine", "init",
                            init_info),
       weight_transfer_call(kShutdownWeightTransferEngine, "/shutdown_weight_transfer_engine",
-                           "shutdown", any_object),
+                           "shutdown", shutdown_params),
       weight_transfer_call(kStartWeightUpdate, "/start_weight_update", "start", any_object),
       weight_transfer_call(kStartDraftWeightUpdate, "/start_draft_weight_update", "start_draft",
                            any_object),

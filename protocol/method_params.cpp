@@ -353,6 +353,10 @@ CompletionParams CompletionParams::from_json(const json& params) {
   return p;
 }
 
+bool abort_update_of(const json& params) {
+  return boolean(params, "abort_update", false);
+}
+
 AbortRequestsParams AbortRequestsParams::from_json(const json& params) {
   AbortRequestsParams p;
   const json* ids = field(params, "request_ids");

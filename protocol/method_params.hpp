@@ -137,5 +137,8 @@ const nlohmann::json& init_info_of(const nlohmann::json& params);    // `init_in
 const nlohmann::json& update_info_of(const nlohmann::json& params);  // object or list of objects
 std::optional<std::string> weight_version_of(const nlohmann::json& params);  // finish's, optional
 std::string new_version_of(const nlohmann::json& params);  // update_weight_version's, required
+// shutdown_weight_transfer_engine's `abort_update` (hotswap's extension; default false): end a
+// session in progress first, where vLLM 0.34 refuses to release its trainer.
+bool abort_update_of(const nlohmann::json& params);
 
 }  // namespace hotswap::protocol

@@ -109,7 +109,7 @@ std::unique_ptr<Engine> BroadcastTrainerEngine::open(const TrainerInitInfo& info
           ? open_group_as_sender(client, worker_init, group, params.timeout)
           : open_group_as_member(worker_init, *engine->group_rank_, group, params.timeout);
   if (broadcasters == 1) return engine;
-  engine->agree_on_senders(plan);
+  engine->agree_on_senders(metadata, plan);
   return engine;
 }
 
@@ -220,12 +220,25 @@ void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>&
     }
     update.wait(info_.timeout, "update_weights");
   }
-  stream.finish();
-  // Every rank's pass must have ended cleanly (its source ended with the metadata, too) before
-  // the workers commit. If one did not, the workers hold a session that will never finish: end
-  // it: the next trainer_init does (a worker refuses to shut the engine down mid-session, as
-  // vLLM 0.34 does), and until then the workers serve their old weights.
-  if (many_senders()) await_other_ranks();
+  // This pass (its source must end with the metadata) and every other rank's must have ended
+  // cleanly before the workers commit. If one did not, every byte has landed and the workers
+  // hold a session that will never finish: end it (best effort; hotswap's `abort_update`, since
+  // a worker refuses to release its trainer mid-update, as vLLM 0.34 does), so that they report
+  // idle on their old weights and an in-place worker generates again.
+  try {
+    stream.finish();
+    if (many_senders()) await_other_ranks();
+  } catch (...) {
+    if (!many_senders()) {
+      communicator_->abort();
+      communicator_.reset();
+    }
+    try {
+      client().abort_and_shutdown_weight_transfer_engine();
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
   reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(round_version());
 }
@@ -243,6 +256,7 @@ nlohmann::json BroadcastTrainerEngine::wire_settings() const {
 }
 
 void BroadcastTrainerEngine::agree_on_senders(
+    std::vector<protocol::ParamMeta> metadata,
     const std::optional<protocol::BroadcasterPlan>& plan) {
   transport::RendezvousStore* store = communicator_->store();
   const std::string verdict_key = "hotswap/senders";
@@ -262,9 +276,9 @@ void BroadcastTrainerEngine::agree_on_senders(
     WeightSource& src = *source();
     RankHoldings mine;
     try {
-      mine.metadata = src.metadata();
-      for (auto& m : mine.metadata)
-        protocol::check_ownership(m);
+      // trainer_init's reading: metadata() may be a collective, which ranks outside the group
+      // would not join a second time.
+      mine.metadata = std::move(metadata);
       if (auto held = src.held_names()) mine.held.emplace(held->begin(), held->end());
     } catch (const std::exception& e) {
       // Say so, so that rank 0 refuses the group at once instead of waiting out its timeout.

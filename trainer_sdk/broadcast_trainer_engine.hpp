@@ -25,10 +25,11 @@
 //    are cut per call. A member reads its source in metadata order, the names it sends in its
 //    own turn and the ones it holds but does not send around it, so a source whose reads are
 //    collectives among the holders of a name needs those holders under one broadcaster (what
-//    vLLM's ownership rules require of owners). Rank 0 commits (finish_weight_update) only once every member has said
-//    its pass ended cleanly, then posts the round's outcome, and the other members return only
-//    when it says the round committed, so a rank may verify what it sent as soon as send_weights
-//    returns. The ranks must share world_size, trainer_ranks and the packing settings.
+//    vLLM's ownership rules require of owners). Rank 0 commits (finish_weight_update) only once
+//    every member has said its pass ended cleanly, then posts the round's outcome, and the other
+//    members return only when it says the round committed, so a rank may verify what it sent as
+//    soon as send_weights returns. The ranks must share world_size, trainer_ranks and the packing
+//    settings.
 //  - A rank that fails posts why and aborts its end of the group: over gloo the peers blocked
 //    in a collective fail at once (NCCL peers wait out their timeout); rank 0 reports the cause
 //    a peer posted, where one did.
@@ -86,7 +87,8 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   bool many_senders() const { return members_.size() > 1; }
   // Many senders, at init: every member posts its holdings; rank 0 assigns the senders (from
   // `plan` when the metadata names owners).
-  void agree_on_senders(const std::optional<protocol::BroadcasterPlan>& plan);
+  void agree_on_senders(std::vector<protocol::ParamMeta> metadata,
+                        const std::optional<protocol::BroadcasterPlan>& plan);
   // This round's update_weights calls, in ascending src.
   std::vector<BroadcastCall> calls_for(const std::vector<protocol::ParamMeta>& meta) const;
   // Rank 0's round: start, each call's update_weights alongside its transmit, finish.

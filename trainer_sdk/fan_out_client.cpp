@@ -71,6 +71,10 @@ int FanOutClient::inference_world_size() const {
   return total;
 }
 
+void FanOutClient::abort_and_shutdown_weight_transfer_engine() {
+  each([](ZmqWeightSyncClient& w) { w.abort_and_shutdown_weight_transfer_engine(); });
+}
+
 void FanOutClient::shutdown_weight_transfer_engine() {
   each([](ZmqWeightSyncClient& w) { w.shutdown_weight_transfer_engine(); });
 }

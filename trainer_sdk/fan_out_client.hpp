@@ -22,6 +22,7 @@ class FanOutClient : public WeightSyncClient {
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   WorkerDigests checkpoint_checksums() override;
   void shutdown_weight_transfer_engine() override;
+  void abort_and_shutdown_weight_transfer_engine() override;
 
   const std::vector<std::shared_ptr<ZmqWeightSyncClient>>& workers() const { return workers_; }
   // The inference ranks behind every endpoint: get_world_size (without data parallelism, as each

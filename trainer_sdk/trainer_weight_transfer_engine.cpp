@@ -24,6 +24,10 @@ void WeightSyncClient::shutdown_weight_transfer_engine() {
   throw protocol::RuntimeError("this WeightSyncClient cannot shut the workers' channel down");
 }
 
+void WeightSyncClient::abort_and_shutdown_weight_transfer_engine() {
+  shutdown_weight_transfer_engine();
+}
+
 void TrainerWeightTransferEngine::push(const SendOptions& options) {
   round_version_ = options.weight_version;
   try {

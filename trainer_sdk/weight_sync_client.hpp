@@ -32,6 +32,10 @@ class WeightSyncClient {
   // Tears every worker's data channel down, ending a session a trainer cannot finish (vLLM's
   // shutdown_weight_transfer_engine); a new init opens it again. Clients that cannot raise.
   virtual void shutdown_weight_transfer_engine();
+  // The same, ending a session in progress first: for a trainer whose round failed after every
+  // byte had landed (hotswap workers' `abort_update`; a vLLM worker refuses it mid-update, as
+  // does the default here, which calls shutdown_weight_transfer_engine()).
+  virtual void abort_and_shutdown_weight_transfer_engine();
 };
 
 }  // namespace hotswap::trainer_sdk

@@ -43,6 +43,10 @@ void ZmqWeightSyncClient::shutdown_weight_transfer_engine() {
   call(protocol::methods::kShutdownWeightTransferEngine);
 }
 
+void ZmqWeightSyncClient::abort_and_shutdown_weight_transfer_engine() {
+  call(protocol::methods::kShutdownWeightTransferEngine, {{"abort_update", true}});
+}
+
 WeightSyncClient::WorkerDigests ZmqWeightSyncClient::checkpoint_checksums() {
   auto reply =
       call(protocol::methods::kWeightChecker, {{"action", "checksum"}, {"format", "checkpoint"}});

@@ -29,6 +29,7 @@ class ZmqWeightSyncClient : public WeightSyncClient {
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   WorkerDigests checkpoint_checksums() override;
   void shutdown_weight_transfer_engine() override;
+  void abort_and_shutdown_weight_transfer_engine() override;
 
   // Any other method of the worker (weight_checker, generate, health, ...).
   nlohmann::json call(std::string_view method,

@@ -163,11 +163,15 @@ void WeightUpdateController::require_session_to_finish() const {
   }
 }
 
-void WeightUpdateController::shutdown_weight_transfer_engine() {
+void WeightUpdateController::shutdown_weight_transfer_engine(bool abort_update) {
   auto& e = engine();
-  // vLLM 0.34: a session in progress keeps its trainer; its finish, or a new init, ends it.
+  // vLLM 0.34: a session in progress keeps its trainer; its finish, or a new init, ends it. A
+  // trainer that knows its round failed after every byte landed may end it (`abort_update`).
   if (session_active()) {
-    throw protocol::RuntimeError("Cannot release a trainer connection during a weight update");
+    if (!abort_update) {
+      throw protocol::RuntimeError("Cannot release a trainer connection during a weight update");
+    }
+    end_session();
   }
   on_every_rank("shutdown_weight_transfer_engine", nlohmann::json::object(), [&] { e.shutdown(); });
 }

@@ -55,8 +55,9 @@ class WeightUpdateController {
   void update_weight_version(const std::string& new_version);
   // Tears the engine's data channel down (vLLM's shutdown_weight_transfer_engine); a new
   // init_weight_transfer_engine opens it again. Refused (RuntimeError, vLLM 0.34's message)
-  // while a session is open.
-  void shutdown_weight_transfer_engine();
+  // while a session is open, unless `abort_update` ends that session first (hotswap's
+  // extension, for a trainer whose round failed after the bytes had landed).
+  void shutdown_weight_transfer_engine(bool abort_update = false);
 
   std::optional<std::string> weight_version() const;
   std::uint64_t bytes_received() const { return engine_ ? engine_->bytes_received() : 0; }

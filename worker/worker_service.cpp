@@ -202,8 +202,8 @@ void WorkerService::bind_handlers() {
          return {{"message", "Weight transfer initialized"}};
        }},
       {m::kShutdownWeightTransferEngine,
-       [this, release_hold_if_ended](Params, Gone) -> json {
-         controller_->shutdown_weight_transfer_engine();
+       [this, release_hold_if_ended](Params params, Gone) -> json {
+         controller_->shutdown_weight_transfer_engine(protocol::abort_update_of(params));
          release_hold_if_ended();
          return {{"message", "Weight transfer shut down"}};
        }},

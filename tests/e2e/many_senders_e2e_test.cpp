@@ -354,10 +354,11 @@ BOOST_FIXTURE_TEST_CASE(a_rank_that_fails_mid_round_fails_every_rank_and_the_wor
     BOOST_TEST((std::chrono::steady_clock::now() - start < 15s));
     return failures;
   };
-  // The workers keep their weights. Where every byte had landed, the session stays open (a
-  // worker refuses to release its trainer mid-update, as vLLM 0.34 does) until the next round's
-  // init_weight_transfer_engine ends it; otherwise the failed update_weights ended it.
+  // The workers end the session (where the bytes had all landed, rank 0 ends it with hotswap's
+  // `abort_update`: a plain shutdown is refused mid-update, as vLLM 0.34 refuses it) and keep
+  // their weights.
   auto unchanged = [&] {
+    BOOST_TEST(testing::wait_for_session_end(observer, 10s));
     BOOST_TEST(observer.call("weight_checker", {{"action", "checksum"}}) == before);
   };
 

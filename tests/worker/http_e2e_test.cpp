@@ -135,6 +135,12 @@ BOOST_FIXTURE_TEST_CASE(vllm_034_routes_abort_503_while_paused_and_a_held_traine
   BOOST_TEST(refused == 500);
   BOOST_TEST(why["error"]["message"] ==
              "Cannot release a trainer connection during a weight update");
+  BOOST_TEST(post("/shutdown_weight_transfer_engine", R"({"abort_update": "yes"})").first == 400);
+  // hotswap's extension: a trainer whose round failed after the bytes landed ends the session.
+  BOOST_TEST(post("/shutdown_weight_transfer_engine", R"({"abort_update": true})").first == 200);
+  BOOST_TEST(get("/health").second["weight_update_active"] == false);
+  BOOST_TEST(post("/init_weight_transfer_engine", R"({"init_info": {}})").first == 200);
+  BOOST_TEST(post("/start_weight_update").first == 200);
   json path = {{"update_info", {{"path", new_ckpt.dir.path.string()}}}};
   BOOST_TEST(post("/update_weights", path.dump()).first == 200);
   BOOST_TEST(post("/finish_weight_update").first == 200);

@@ -200,8 +200,10 @@ class PythonWeightSource final : public WeightSource {
 
   // The Python object this is the C++ side of.
   py::object self() const {
-    return py::reinterpret_borrow<py::object>(py::detail::get_object_handle(
-        static_cast<const WeightSource*>(this), py::detail::get_type_info(typeid(WeightSource))));
+    py::handle handle = py::detail::get_object_handle(
+        static_cast<const WeightSource*>(this), py::detail::get_type_info(typeid(WeightSource)));
+    if (!handle) throw protocol::RuntimeError("the Python WeightSource object is gone");
+    return py::reinterpret_borrow<py::object>(handle);
   }
 
   // iter(iterable): a TypeError naming the method when what it returned is not iterable.
