@@ -64,8 +64,11 @@ find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 find_package(ICU 60 REQUIRED COMPONENTS uc)
+# Boost: Asio and Beast (headers only) for the worker's HTTP server; Boost.Test for the suites.
 if(HOTSWAP_BUILD_TESTS)
   find_package(Boost 1.74 REQUIRED COMPONENTS unit_test_framework)
+else()
+  find_package(Boost 1.74 REQUIRED)
 endif()
 if(HOTSWAP_BUILD_BENCH)
   # Only the planning micro-benchmark uses it; a machine without it (the GPU machine) skips that.

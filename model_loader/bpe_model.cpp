@@ -1,5 +1,7 @@
 #include "model_loader/bpe_model.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -19,6 +21,11 @@ std::uint64_t pair_key(std::int64_t left, std::int64_t right) {
 }
 }  // namespace
 
+std::optional<std::size_t> BpeModel::max_bytes_per_id() const {
+  if (fuse_unk_) return std::nullopt;
+  return std::max<std::size_t>(longest_token_, 4);  // 4: the longest UTF-8 character
+}
+
 BpeModel BpeModel::from_json(const json& spec) {
   BpeModel m;
   if (!spec.is_object() || !spec.contains("vocab") || !spec["vocab"].is_object()) {
@@ -31,6 +38,7 @@ BpeModel BpeModel::from_json(const json& spec) {
                                  "' an id that is not an integer in [0, 2^31)");
     }
     m.vocab_[token] = id.get<std::int64_t>();
+    m.longest_token_ = std::max(m.longest_token_, token.size());
   }
   for (const char* field : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (spec.contains(field) && !spec[field].is_null() &&

@@ -24,9 +24,14 @@ class BpeModel {
   void tokenize(const std::string& piece, std::vector<std::int64_t>& out) const;
 
   const std::unordered_map<std::string, std::int64_t>& vocab() const { return vocab_; }
+  // The most bytes of a piece one id can stand for (its longest vocabulary entry, or a whole
+  // character for an unknown one), so a piece of n bytes gives at least n / this many ids;
+  // nothing when unknown characters fuse into one id, which can stand for any number of them.
+  std::optional<std::size_t> max_bytes_per_id() const;
 
  private:
   std::unordered_map<std::string, std::int64_t> vocab_;
+  std::size_t longest_token_ = 0;
   // (left id, right id) → (rank, merged id)
   std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int64_t>> merges_;
   std::optional<std::int64_t> unk_;

@@ -15,6 +15,7 @@ Sequence::Sequence(std::vector<std::int64_t> prompt, SamplingParams params)
       generator_(make_cpu_generator(params_.seed)) {
   if (prompt_.empty()) throw protocol::ValueError("a prompt needs at least one token");
   params_.validate();
+  params_.apply_vllm_rules();
 }
 
 void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
@@ -46,30 +47,42 @@ void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
                                     slices, all_positions);
   for (std::size_t i = 0; i < active.size(); ++i) {
     Sequence& s = *active[i];
-    const std::int64_t last = first_row[i] + (all_positions ? slices[i].num_tokens - 1 : 0);
-    if (all_positions && s.params_.prompt_logprobs && s.output_.empty()) {
-      // Position p predicts prompt token p + 1.
-      at::Tensor lp = at::log_softmax(logits.narrow(0, first_row[i], slices[i].num_tokens - 1), -1)
-                          .to(at::kFloat)
-                          .to(at::kCPU)  // one copy off the device, not one per token
-                          .contiguous();
-      for (std::size_t p = 1; p < s.prompt_.size(); ++p) {
-        at::Tensor row = lp[static_cast<std::int64_t>(p - 1)];
-        s.prompt_logprobs_.push_back({s.prompt_[p], row[s.prompt_[p]].item<double>(),
-                                      top_logprobs(row, s.params_.logprobs)});
-      }
+    // What goes wrong past the shared forward is this sequence's alone: it ends with its own
+    // error and the rest of the batch goes on.
+    try {
+      s.advance(logits, first_row[i], slices[i].num_tokens, all_positions);
+    } catch (const std::exception& e) {
+      s.error_ = e.what();
+      s.finish_reason_ = "error";
     }
-    SampledToken next = sample_token(logits[last], s.params_, s.generator_);
-    s.output_.push_back(next.token);
-    s.logprobs_.push_back(next.logprob);
-    s.top_.push_back(std::move(next.top));
-    const auto& stops = s.params_.stop_token_ids;
-    if (std::find(stops.begin(), stops.end(), next.token) != stops.end()) {
-      s.finish_reason_ = "stop";
-      s.stop_token_ = next.token;
-    } else if (static_cast<std::int64_t>(s.output_.size()) >= s.params_.max_tokens) {
-      s.finish_reason_ = "length";
+  }
+}
+
+void Sequence::advance(const at::Tensor& logits, std::int64_t first_row, std::int64_t num_tokens,
+                       bool all_positions) {
+  const std::int64_t last = first_row + (all_positions ? num_tokens - 1 : 0);
+  if (all_positions && params_.prompt_logprobs && output_.empty()) {
+    // Position p predicts prompt token p + 1.
+    at::Tensor lp = at::log_softmax(logits.narrow(0, first_row, num_tokens - 1), -1)
+                        .to(at::kFloat)
+                        .to(at::kCPU)  // one copy off the device, not one per token
+                        .contiguous();
+    for (std::size_t p = 1; p < prompt_.size(); ++p) {
+      at::Tensor row = lp[static_cast<std::int64_t>(p - 1)];
+      prompt_logprobs_.push_back(
+          {prompt_[p], row[prompt_[p]].item<double>(), top_logprobs(row, params_.logprobs)});
     }
+  }
+  SampledToken next = sample_token(logits[last], params_, generator_);
+  output_.push_back(next.token);
+  logprobs_.push_back(next.logprob);
+  top_.push_back(std::move(next.top));
+  const auto& stops = params_.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), next.token) != stops.end()) {
+    finish_reason_ = "stop";
+    stop_token_ = next.token;
+  } else if (static_cast<std::int64_t>(output_.size()) >= params_.max_tokens) {
+    finish_reason_ = "length";
   }
 }
 
@@ -88,6 +101,7 @@ std::vector<GenerationResult> generate(const ServableModel& model,
   }
   std::vector<GenerationResult> results;
   for (const auto& s : sequences) {
+    if (s.error()) throw protocol::RuntimeError("generation failed: " + *s.error());
     results.push_back({s.output_tokens(), s.output_logprobs(), *s.finish_reason()});
   }
   return results;

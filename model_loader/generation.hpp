@@ -30,17 +30,23 @@ class Sequence {
   // With params().prompt_logprobs, once prefilled: per prompt token after the first, its logprob
   // and the likeliest alternatives at its position.
   const std::vector<SampledToken>& prompt_logprobs() const { return prompt_logprobs_; }
-  // "stop" (a stop token or string), "length" (max_tokens), "abort", or nothing while running.
+  // "stop" (a stop token or string), "length" (max_tokens), "abort", "error" (see error()), or
+  // nothing while running.
   const std::optional<std::string>& finish_reason() const { return finish_reason_; }
   // The stop token that ended the sequence, when one did.
   std::optional<std::int64_t> stop_token() const { return stop_token_; }
   bool finished() const { return finish_reason_.has_value(); }
+  // Why this sequence alone failed in a step (its sampling, say), when it did.
+  const std::optional<std::string>& error() const { return error_; }
   void abort() { finish_reason_ = "abort"; }
   // Ends the sequence as a stop string does: finish_reason "stop".
   void stop() { finish_reason_ = "stop"; }
 
  private:
   friend void step(const ServableModel& model, const std::vector<Sequence*>& batch);
+  // Reads this sequence's rows of a step's logits: its prompt logprobs, its next token.
+  void advance(const at::Tensor& logits, std::int64_t first_row, std::int64_t num_tokens,
+               bool all_positions);
   std::vector<std::int64_t> prompt_;
   SamplingParams params_;
   at::Generator generator_;
@@ -51,6 +57,7 @@ class Sequence {
   std::vector<SampledToken> prompt_logprobs_;
   std::optional<std::string> finish_reason_;
   std::optional<std::int64_t> stop_token_;
+  std::optional<std::string> error_;
 };
 
 // One forward step for every unfinished sequence of `batch`, sampling one token each.

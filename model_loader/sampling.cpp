@@ -4,6 +4,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cumsum.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/multinomial.h>
@@ -13,13 +14,24 @@
 #include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
 
 void SamplingParams::validate() const {
+  // 1e999 reads as infinity from JSON: refused, as a value no distribution can be scaled by.
+  for (auto [name, value] : {std::pair{"temperature", temperature}, std::pair{"top_p", top_p},
+                             std::pair{"min_p", min_p}}) {
+    if (!std::isfinite(value)) {
+      throw protocol::ValueError(std::string(name) + " must be a finite number, got " +
+                                 std::to_string(value));
+    }
+  }
   if (max_tokens < 1) {
     throw protocol::ValueError("max_tokens must be at least 1, got " + std::to_string(max_tokens));
   }
@@ -39,6 +51,16 @@ void SamplingParams::validate() const {
   }
   if (logprobs < 0) {
     throw protocol::ValueError("logprobs must be non-negative, got " + std::to_string(logprobs));
+  }
+}
+
+void SamplingParams::apply_vllm_rules() {
+  if (temperature > 0.0 && temperature < kMinTemperature) temperature = kMinTemperature;
+  if (temperature < kSamplingEpsilon) {
+    temperature = 0.0;
+    top_p = 1.0;
+    top_k = 0;
+    min_p = 0.0;
   }
 }
 
@@ -83,10 +105,20 @@ SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params
     }
     if (params.top_p < 1.0) {
       auto [sorted, order] = at::sort(probs, /*dim=*/-1, /*descending=*/true);
-      // Keep a token while the mass before it is under top_p: the first always stays.
+      // Keep a token while the mass before it is under top_p. The likeliest always stays, by
+      // index rather than by comparison: a top_p of 1e-300 is 0 once compared in float32.
       at::Tensor before = at::cumsum(sorted, -1) - sorted;
-      sorted = sorted.masked_fill(before >= params.top_p, 0.0);
+      at::Tensor drop = before >= params.top_p;
+      drop.select(0, 0).fill_(false);
+      sorted = sorted.masked_fill(drop, 0.0);
       probs = at::zeros_like(probs).scatter_(0, order, sorted);
+    }
+    // multinomial's own message ("probability tensor contains either inf, nan or element < 0")
+    // does not say why: name the row's fault instead.
+    if (!at::isfinite(probs).all().item<bool>() || !(probs.sum().item<double>() > 0.0)) {
+      throw protocol::RuntimeError(
+          "the model's logits for this sequence give no valid distribution to sample from "
+          "(NaN or infinite values)");
     }
     token = at::multinomial(probs, 1, /*replacement=*/false, generator).item<std::int64_t>();
   }

@@ -26,9 +26,19 @@ struct SamplingParams {
   // logprobs); the first token has none.
   bool prompt_logprobs = false;
 
-  // ValueError naming the field on a value out of range.
+  // ValueError naming the field on a value out of range (non-finite numbers included).
   void validate() const;
+
+  // vLLM's rules for values that pass validation but would sample badly in float32: a
+  // temperature in (0, kMinTemperature) is raised to kMinTemperature, and a temperature under
+  // kSamplingEpsilon (that is, 0) means greedy, which turns top_p, top_k and min_p off.
+  // Idempotent; Sequence applies it, so no caller can skip it.
+  void apply_vllm_rules();
 };
+
+// vLLM's _SAMPLING_EPS and _MAX_TEMP (vllm/sampling_params.py).
+inline constexpr double kSamplingEpsilon = 1e-5;
+inline constexpr double kMinTemperature = 1e-2;
 
 struct TokenLogprob {
   std::int64_t token = 0;
@@ -44,7 +54,9 @@ struct SampledToken {
 // The `k` likeliest tokens of a row of log-probabilities, likeliest first.
 std::vector<TokenLogprob> top_logprobs(const at::Tensor& logprobs, std::int64_t k);
 
-// `generator` is a CPU generator (only used when temperature > 0).
+// `generator` is a CPU generator (only used when temperature > 0). Whatever the parameters, at
+// least one token stays eligible; a row that still has no valid distribution (NaN logits)
+// is a RuntimeError naming the cause, for this row's sequence alone.
 SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params,
                           at::Generator& generator);
 

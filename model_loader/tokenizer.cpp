@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <unordered_map>
 
 #include "model_loader/bpe_model.hpp"
@@ -252,18 +253,47 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& or
 }
 
 std::vector<std::int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return *encode_within(text, add_special_tokens, std::numeric_limits<std::size_t>::max());
+}
+
+std::optional<std::vector<std::int64_t>> Tokenizer::encode_within(
+    std::string_view text, bool add_special_tokens, std::size_t max_ids,
+    const std::function<bool()>& cancelled) const {
   if (!utf8_valid(text)) throw protocol::ValueError("the text to tokenize is not valid UTF-8");
   std::vector<std::int64_t> ids;
+  // The template's own ids count against the limit too.
+  std::size_t template_ids = 0;
+  if (add_special_tokens) {
+    for (const auto& item : state_->single_template)
+      template_ids += item.is_sequence ? 0 : item.ids.size();
+  }
+  if (template_ids > max_ids) return std::nullopt;
+  const std::size_t limit = max_ids - template_ids;
+  const std::optional<std::size_t> per_id = state_->model.max_bytes_per_id();
+  std::size_t pieces = 0;
+  auto check_cancelled = [&] {
+    if (cancelled && ++pieces % 256 == 0 && cancelled()) {
+      throw protocol::RuntimeError(
+          "tokenizing was cancelled: the client went away or the worker is stopping");
+    }
+  };
   bool first = true;
   for (const auto& [stretch, added_id] : state_->split_on_added(text)) {
     if (added_id >= 0) {
       ids.push_back(added_id);
     } else {
       const std::string normalized = state_->normalizer.normalize(std::string(stretch));
-      for (const auto& piece : state_->pre_tokenizer.split(normalized, first))
+      for (const auto& piece : state_->pre_tokenizer.split(normalized, first)) {
+        // One long word of a huge prompt would otherwise be merged whole before the count.
+        if (per_id && (piece.size() + *per_id - 1) / *per_id > limit - std::min(limit, ids.size()))
+          return std::nullopt;
         state_->model.tokenize(piece, ids);
+        if (ids.size() > limit) return std::nullopt;
+        check_cancelled();
+      }
     }
     first = false;
+    if (ids.size() > limit) return std::nullopt;
   }
   if (!add_special_tokens || state_->single_template.empty()) return ids;
   std::vector<std::int64_t> out;

@@ -12,8 +12,10 @@
 // never a silent difference in ids.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +31,16 @@ class Tokenizer {
   static Tokenizer from_json_text(std::string_view text, const std::string& origin);
 
   std::vector<std::int64_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // The ids when there are at most `max_ids` of them; nothing as soon as it is certain that
+  // there are more, for about the work of max_ids ids rather than of the whole text: a piece
+  // whose byte length alone proves it (BpeModel::max_bytes_per_id) is not run through BPE.
+  // The raw text's length proves nothing (an added token's lstrip / rstrip and the normalizers
+  // can swallow any amount of it), so the check is made on the normalized pieces.
+  // `cancelled` is asked every few hundred pieces: when it says true (the client went away,
+  // the worker is stopping), a RuntimeError ends the work.
+  std::optional<std::vector<std::int64_t>> encode_within(
+      std::string_view text, bool add_special_tokens, std::size_t max_ids,
+      const std::function<bool()>& cancelled = {}) const;
   // Ids without a token (past the vocabulary, or in a gap of it) are dropped, as tokenizers
   // drops them.
   std::string decode(const std::vector<std::int64_t>& ids, bool skip_special_tokens = false) const;

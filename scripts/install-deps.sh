@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev
-  libboost-test-dev libbenchmark-dev
+  libboost-dev libboost-test-dev libbenchmark-dev  # Asio and Beast: the HTTP server
   libssl-dev libcli11-dev libcpp-httplib-dev python3-zmq
   libpcre2-dev libicu-dev  # the tokenizer: split patterns, Unicode normalization
   python3-torch  # hosts a TCPStore the way vLLM's trainer does, for the rendezvous interop test

@@ -35,8 +35,10 @@ if ((sanitize)); then
 else
   build=${HOTSWAP_BUILD_DIR:-$root/build}
   # The pip torch of a GPU machine is picked up by CMake itself (HOTSWAP_TORCH_PYTHON).
+  # -g1: line tables, all a backtrace or a sanitizer report needs. Full debug info (-g) doubled
+  # the compile time of every file that includes ATen (sampling.cpp: 27.6 s against 12.1 s).
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
-    -DHOTSWAP_WERROR=ON "$@"
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DHOTSWAP_WERROR=ON "$@"
 fi
 cmake --build "$build" -j "$jobs"
 cd "$build"

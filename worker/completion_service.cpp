@@ -438,7 +438,8 @@ std::int64_t fit_to_context(std::int64_t max_len, std::int64_t input,
   return max_tokens;
 }
 
-std::shared_ptr<CompletionRun> CompletionService::start(const json& params) {
+std::shared_ptr<CompletionRun> CompletionService::start(const json& params,
+                                                        const std::function<bool()>& caller_gone) {
   auto p = protocol::CompletionParams::from_json(params);
   if (!p.ignored_fields.empty()) {
     // vLLM's warning for the fields it accepts and does nothing with.
@@ -467,11 +468,32 @@ std::shared_ptr<CompletionRun> CompletionService::start(const json& params) {
   run->scheduler_ = &scheduler_;
   run->tokenizer_ = tokenizer_;
 
+  // More sequences than can ever wait at once is no overload that a retry outlives: a 400
+  // naming the limit, as vLLM refuses what it can never schedule.
+  const std::size_t sequences = q.prompts.size() * static_cast<std::size_t>(q.n);
+  if (sequences > scheduler_.max_waiting()) {
+    throw protocol::ValueError("the request asks for " + std::to_string(sequences) +
+                               " sequences (" + std::to_string(q.prompts.size()) +
+                               " prompts, n = " + std::to_string(q.n) + "), more than the " +
+                               std::to_string(scheduler_.max_waiting()) +
+                               " this worker can queue at once (--max-queued-requests)");
+  }
   std::vector<GenerateRequest> requests;
   for (std::size_t pi = 0; pi < q.prompts.size(); ++pi) {
     const auto& prompt = q.prompts[pi];
-    std::vector<std::int64_t> ids =
-        prompt.text ? tokenizer_->encode(*prompt.text, q.add_special_tokens) : prompt.token_ids;
+    // A text that cannot fit is tokenized only until that is certain.
+    const auto max_len = static_cast<std::size_t>(config_.max_position_embeddings);
+    std::optional<std::vector<std::int64_t>> within =
+        prompt.text
+            ? tokenizer_->encode_within(*prompt.text, q.add_special_tokens, max_len, caller_gone)
+            : prompt.token_ids;
+    if (!within) {
+      throw protocol::ValueError("This model's maximum context length is " +
+                                 std::to_string(max_len) +
+                                 " tokens. However, your request has more than that many input "
+                                 "tokens. Please reduce the length of the input messages.");
+    }
+    std::vector<std::int64_t> ids = std::move(*within);
     if (ids.empty()) throw protocol::ValueError("The decoder prompt cannot be empty");
     // Echo only (max_tokens 0) runs one step, whose token is dropped, as vLLM does.
     const std::int64_t max_tokens =

@@ -115,7 +115,9 @@ class CompletionService {
   nlohmann::ordered_json models() const;
   // Validates, tokenizes and queues every choice; throws before anything runs on bad input
   // (ValueError, ModelNotFoundError, RuntimeError, OverloadedError).
-  std::shared_ptr<CompletionRun> start(const nlohmann::json& params);
+  // `caller_gone` cancels the work before the run exists (tokenizing a long prompt).
+  std::shared_ptr<CompletionRun> start(const nlohmann::json& params,
+                                       const std::function<bool()>& caller_gone = {});
   // Cancels the run whose first_ticket() is `ticket`; false when there is none (any more).
   bool cancel(std::uint64_t ticket);
 

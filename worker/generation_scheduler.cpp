@@ -270,8 +270,11 @@ void GenerationScheduler::loop() {
     if (metrics_ != nullptr && error.empty()) metrics_->generation_tokens(batch.size());
     for (auto it = running_.begin(); it != running_.end();) {
       auto& s = *it->sequence;
-      if (!error.empty()) {
-        fail(*it, std::make_exception_ptr(protocol::RuntimeError("generation failed: " + error)));
+      // A failed forward fails the batch it ran; a sequence that failed on its own (its
+      // sampling) fails alone.
+      const std::string& cause = error.empty() && s.error() ? *s.error() : error;
+      if (!cause.empty()) {
+        fail(*it, std::make_exception_ptr(protocol::RuntimeError("generation failed: " + cause)));
         it = running_.erase(it);
         continue;
       }

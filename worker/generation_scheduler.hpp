@@ -107,6 +107,9 @@ class GenerationScheduler {
   // `deadline` passes. Throws at once (and never calls `done`): ValueError for bad parameters,
   // RuntimeError while the model is dirty, OverloadedError when max_waiting are already waiting.
   std::uint64_t submit(GenerateRequest request, Clock::time_point deadline, Completion done);
+  // The most requests that can ever wait at once: a request of more sequences than this can
+  // never be queued, at any load.
+  std::size_t max_waiting() const { return limits_.max_waiting; }
   // Ends a request whose caller went away: `done` gets what it produced so far, finish_reason
   // "abort". False when it had already ended.
   bool cancel(std::uint64_t ticket);

@@ -1,77 +1,86 @@
 #include "worker/http_server.hpp"
 
-#include <httplib.h>
-
-#include <sys/socket.h>
-
 #include <cctype>
+#include <map>
 #include <optional>
 #include <sstream>
-#include "worker/log_line.hpp"
 
 #include "protocol/bounded_json.hpp"
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
-#include "worker/bounded_thread_pool.hpp"
 #include "worker/completion_service.hpp"
-#include "worker/peer_hangup.hpp"
+#include "worker/http_listener.hpp"
+#include "worker/log_line.hpp"
 
 namespace hotswap::worker {
 namespace {
 
 using nlohmann::json;
 
-void reply(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  // Invalid UTF-8 quoted in an error message is replaced, never a failed reply.
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse response;
+  response.status = status;
+  // Invalid UTF-8 quoted in a message is replaced, never a failed reply.
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return response;
 }
 
-void reply_error(httplib::Response& res, int status, const std::string& message,
-                 const std::string& type, const std::string& param = "") {
-  json error = {{"message", message}, {"type", type}};
-  if (!param.empty()) error["param"] = param;
-  // FastAPI puts an HTTPException's text in `detail`; vLLM's error responses use `error`.
-  reply(res, status, {{"error", error}, {"detail", message}});
+HttpResponse openai_error_response(const std::exception& e) {
+  auto error = openai_error(e);
+  return json_response(error.status, error.body);
+}
+
+// FastAPI's answers for a path no route has, and a route asked with another method.
+HttpResponse not_found() {
+  return json_response(404, {{"detail", "Not Found"}});
+}
+HttpResponse method_not_allowed(const std::string& allow) {
+  HttpResponse response = json_response(405, {{"detail", "Method Not Allowed"}});
+  response.headers.emplace_back("Allow", allow);
+  return response;
+}
+
+// The media type of a Content-Type header: lower-cased, parameters dropped.
+std::string media_type(const HttpRequest& request) {
+  std::string type = request.header("content-type").value_or("");
+  type = type.substr(0, type.find(';'));
+  std::string out;
+  for (char c : type) {
+    if (c != ' ' && c != '\t')
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
 }
 
 // The JSON body of a POST: {} when empty; a 400 (as vLLM's routes answer) when it is not a
-// JSON object or nests too deep. (cpp-httplib has refused an oversized body with a 413.)
-std::optional<json> body_of(const httplib::Request& req, httplib::Response& res) {
+// JSON object or nests too deep.
+std::optional<json> body_of(const HttpRequest& req, HttpResponse& res) {
   if (req.body.empty()) return json::object();
   auto parsed = protocol::parse_bounded_json(req.body);
   if (parsed.refusal == protocol::JsonRefusal::kTooDeep) {
-    reply_error(res, 400, "Invalid JSON format: the body " + parsed.reason, "ValueError");
+    res = json_error(400, "Invalid JSON format: the body " + parsed.reason, "ValueError");
     return std::nullopt;
   }
   if (!parsed.ok()) {
-    reply_error(res, 400, "Invalid JSON format", "ValueError");
+    res = json_error(400, "Invalid JSON format", "ValueError");
     return std::nullopt;
   }
   json body = std::move(parsed.value);
   if (!body.is_object()) {
-    reply_error(res, 400, "Request body must be a JSON object", "ValueError");
+    res = json_error(400, "Request body must be a JSON object", "ValueError");
     return std::nullopt;
   }
   return body;
 }
 
-void reply_openai_error(httplib::Response& res, const std::exception& e) {
-  auto error = openai_error(e);
-  res.status = error.status;
-  res.set_content(error.body.dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
-}
-
 // The JSON body of an OpenAI-compatible route, refused in vLLM's error object.
-std::optional<json> openai_body_of(const httplib::Request& req, httplib::Response& res) {
+std::optional<json> openai_body_of(const HttpRequest& req, HttpResponse& res) {
   if (req.body.empty()) return json::object();
   auto parsed = protocol::parse_bounded_json(req.body);
   if (!parsed.ok() || !parsed.value.is_object()) {
-    reply_openai_error(
-        res,
-        protocol::ValueError(parsed.ok() ? "the request body must be a JSON object"
-                                         : "the request body is not valid JSON: " + parsed.reason));
+    res = openai_error_response(protocol::ValueError(parsed.ok()
+                                                         ? "the request body must be a JSON object"
+                                                         : "the request body " + parsed.reason));
     return std::nullopt;
   }
   return std::move(parsed.value);
@@ -79,30 +88,22 @@ std::optional<json> openai_body_of(const httplib::Request& req, httplib::Respons
 
 // Server-sent events: one `data: <chunk>` per chunk as the run produces it, then
 // `data: [DONE]`. A client that hangs up cancels the run.
-void stream_completion(httplib::Response& res, std::shared_ptr<CompletionRun> run,
-                       std::shared_ptr<PeerHangup> peer) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [run, peer](std::size_t, httplib::DataSink& sink) {
-        bool finished = false;
-        for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished)) {
-          const std::string event = "data: " + chunk + "\n\n";
-          if (!sink.write(event.data(), event.size())) return false;
-        }
-        if (finished) {
-          static constexpr std::string_view kDone = "data: [DONE]\n\n";
-          if (!sink.write(kDone.data(), kDone.size())) return false;
-          sink.done();
-        } else if (!sink.is_writable() || peer->hung_up()) {
-          // A socket that only waits looks writable after a hang-up: ask the peer itself.
-          return false;
-        }
-        return true;
-      },
-      [run](bool success) {
-        if (!success) run->cancel();  // the client went away mid-stream
-      });
+void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
+  res.content_type = "text/event-stream";
+  res.headers.emplace_back("Cache-Control", "no-cache");
+  res.stream = [run](ChunkSink& sink) {
+    for (;;) {
+      bool finished = false;
+      for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished)) {
+        if (!sink.write("data: " + chunk + "\n\n")) return run->cancel();
+      }
+      if (finished) {
+        if (!sink.write("data: [DONE]\n\n")) run->cancel();
+        return;
+      }
+      if (sink.peer_gone()) return run->cancel();  // the client went away mid-stream
+    }
+  };
 }
 
 // A query-string value as FastAPI reads a bool parameter, if it reads as one.
@@ -118,18 +119,18 @@ std::optional<bool> query_bool(const std::string& text) {
 // Adds the query fields of `method` to `params`, each checked on its own so that a bad one is
 // answered with a 400 naming it (`param: "query.mode"`), as vLLM's query validation does. A
 // value is the string itself where the method takes a string there, else the boolean it spells.
-bool read_query(const protocol::ControlMethod& method, const httplib::Request& req,
-                httplib::Response& res, json& params) {
+bool read_query(const protocol::ControlMethod& method, const HttpRequest& req, HttpResponse& res,
+                json& params) {
   for (std::string_view field : method.query_fields) {
     const std::string key(field);
-    if (!req.has_param(key)) continue;
-    const std::string text = req.get_param_value(key);
+    const auto text = req.query_value(key);
+    if (!text) continue;
     try {
-      method.validate(json{{key, text}});
-      params[key] = text;
+      method.validate(json{{key, *text}});
+      params[key] = *text;
       continue;
     } catch (const protocol::ValueError& as_text) {
-      if (auto flag = query_bool(text)) {
+      if (auto flag = query_bool(*text)) {
         try {
           method.validate(json{{key, *flag}});
           params[key] = *flag;
@@ -137,34 +138,16 @@ bool read_query(const protocol::ControlMethod& method, const httplib::Request& r
         } catch (const protocol::ValueError&) {
         }
       }
-      reply_error(res, 400, as_text.what(), "ValueError", "query." + key);
+      const std::string message = as_text.what();
+      res = json_response(
+          400,
+          {{"error", {{"message", message}, {"type", "ValueError"}, {"param", "query." + key}}},
+           {"detail", message}});
       return false;
     }
   }
   return true;
 }
-
-// Set on a connection's thread while it is answered only to be turned away (the queue is full).
-thread_local bool t_turned_away = false;
-
-// cpp-httplib's pool with a bound: `threads` serve connections, at most `max_queued` wait. A
-// connection past that is answered at once, on the accepting thread, with a 503.
-class BoundedTaskQueue final : public httplib::TaskQueue {
- public:
-  BoundedTaskQueue(std::size_t threads, std::size_t max_queued) : pool_(threads, max_queued) {}
-
-  void enqueue(std::function<void()> task) override {
-    if (pool_.try_submit(task)) return;
-    // The task owns the connection's socket and closes it: run it, to answer 503 and close.
-    t_turned_away = true;
-    task();
-    t_turned_away = false;
-  }
-  void shutdown() override { pool_.stop(); }
-
- private:
-  BoundedThreadPool pool_;
-};
 
 bool is_loopback_host(const std::string& host) {
   return host.starts_with("127.") || host == "localhost" || host == "::1";
@@ -178,86 +161,73 @@ bool same_secret(const std::string& given, const std::string& expected) {
   return diff == 0;
 }
 
+bool unguarded(const std::string& path) {
+  return path == "/health" || path == "/metrics";
+}
+
 }  // namespace
 
+// The route table: a path's handler per method.
+struct HttpServer::Routes {
+  using Route = std::function<HttpResponse(HttpRequest&)>;
+  std::map<std::string, std::map<std::string, Route>> by_path;
+};
+
 HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
-    : service_(service), server_(std::make_unique<httplib::Server>()) {
+    : service_(service), routes_(std::make_unique<Routes>()) {
   const std::string& host = options.http_host;
   const int port = options.http_port;
-  const std::string api_key = options.api_key;
-  if (!is_loopback_host(host) && api_key.empty()) {
+  if (!is_loopback_host(host) && options.api_key.empty()) {
     LogLine{} << "hotswap-worker: warning: the HTTP routes on " << host << ":" << port
               << " are reachable beyond this host without an API key; anyone who can connect "
                  "can replace or read the weights (see --api-key)\n";
   }
-  const std::size_t threads = options.http_threads, max_queued = options.max_queued_requests;
-  server_->new_task_queue = [threads, max_queued] {
-    return new BoundedTaskQueue(threads, max_queued);
-  };
-  server_->set_payload_max_length(options.max_request_bytes);
-  server_->set_pre_routing_handler([api_key, max_queued](const httplib::Request& req,
-                                                         httplib::Response& res) {
-    if (t_turned_away) {
-      res.set_header("Connection", "close");
-      reply_error(res, 503,
-                  "the worker is overloaded: " + std::to_string(max_queued) +
-                      " HTTP connections are already waiting (--max-queued-requests); retry later",
-                  "OverloadedError");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // vLLM's --api-key: every route but the health check and the metrics.
-    if (!api_key.empty() && req.path != "/health" && req.path != "/metrics") {
-      const std::string header = req.get_header_value("Authorization");
-      const std::string scheme = "Bearer ";
-      if (!header.starts_with(scheme) || !same_secret(header.substr(scheme.size()), api_key)) {
-        res.status = 401;
-        res.set_content(json{{"error", "Unauthorized"}}.dump(), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  auto call = [this](const std::string& method, const json& params, httplib::Response& res,
+  auto call = [this](const std::string& method, const json& params,
                      const std::function<bool()>& caller_gone = {}) {
     try {
-      reply(res, 200, service_.call(method, params, caller_gone));
+      return json_response(200, service_.call(method, params, caller_gone));
     } catch (const std::exception& e) {
       const auto* typed = dynamic_cast<const protocol::Error*>(&e);
-      reply_error(res, protocol::http_status(e), e.what(),
-                  typed ? std::string(protocol::error_type_name(typed->kind())) : "RuntimeError");
+      return json_error(
+          protocol::http_status(e), e.what(),
+          typed ? std::string(protocol::error_type_name(typed->kind())) : "RuntimeError");
     }
   };
   // vLLM's OpenAI-compatible routes: their errors in OpenAI's error object, and completions
   // answered whole or streamed.
   auto openai = [this](const protocol::ControlMethod* m) {
-    return [this, m](const httplib::Request& req, httplib::Response& res) {
+    return [this, m](HttpRequest& req) {
+      HttpResponse res;
+      if (m->http_verb == protocol::HttpVerb::kPost && media_type(req) != "application/json") {
+        // vLLM's validate_json_request, answered as its RequestValidationError handler does.
+        const std::string message =
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed";
+        return json_response(
+            400,
+            {{"error",
+              {{"message", message}, {"type", "Bad Request"}, {"param", nullptr}, {"code", 400}}}});
+      }
       auto body = openai_body_of(req, res);
-      if (!body) return;
+      if (!body) return res;
       try {
         if (m->name == protocol::methods::kModels) {  // in vLLM's key order
-          res.set_content(service_.models().dump(), "application/json");
-          return;
+          res.body = service_.models().dump();
+          return res;
         }
         if (m->name != protocol::methods::kCompletions) {
-          reply(res, 200, service_.call(std::string(m->name), *body));
-          return;
+          return json_response(
+              200, service_.call(std::string(m->name), *body, [&req] { return req.peer_gone(); }));
         }
         // vLLM names a completion after the X-Request-Id header, over the body's request_id.
-        if (req.has_header("X-Request-Id"))
-          (*body)["request_id"] = req.get_header_value("X-Request-Id");
-        auto run = service_.start_completion(*body);
-        auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
-                                                 req.remote_port);
+        if (auto id = req.header("x-request-id")) (*body)["request_id"] = *id;
+        auto run = service_.start_completion(*body, [&req] { return req.peer_gone(); });
         if (run->streaming()) {
-          stream_completion(res, std::move(run), std::move(peer));
-          return;
+          stream_completion(res, std::move(run));
+          return res;
         }
-        const auto response = run->wait([peer] { return peer->hung_up(); });
-        res.status = 200;
-        res.set_content(response.dump(-1, ' ', false, json::error_handler_t::replace),
-                        "application/json");
+        return json_response(200, run->wait([&req] { return req.peer_gone(); }));
       } catch (const std::exception& e) {
-        reply_openai_error(res, e);
+        return openai_error_response(e);
       }
     };
   };
@@ -265,60 +235,85 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
   for (const auto& method : protocol::control_methods()) {
     if (method.http_verb == protocol::HttpVerb::kNone) continue;
     const protocol::ControlMethod* m = &method;  // the table lives as long as the process
+    const std::string verb = m->http_verb == protocol::HttpVerb::kGet ? "GET" : "POST";
+    auto& slot = routes_->by_path[std::string(m->http_route)][verb];
     if (m->openai) {
-      const std::string route(m->http_route);
-      m->http_verb == protocol::HttpVerb::kGet ? (void)server_->Get(route, openai(m))
-                                               : (void)server_->Post(route, openai(m));
+      slot = openai(m);
       continue;
     }
-    auto handler = [call, m](const httplib::Request& req, httplib::Response& res) {
-      json params = json::object();
+    slot = [call, m](HttpRequest& req) {
+      HttpResponse res;
+      // A POST's body is JSON or nothing. hotswap's guard, beyond vLLM's (which checks only its
+      // OpenAI routes): a web page's form or text/plain POST cannot reach these routes.
+      const std::string type = media_type(req);
+      if (m->http_verb == protocol::HttpVerb::kPost &&
+          !(type == "application/json" || (type.empty() && req.body.empty()))) {
+        return json_error(415,
+                          "Unsupported Media Type: Only 'application/json' is allowed (got '" +
+                              req.header("content-type").value_or("") + "')",
+                          "UnsupportedMediaType");
+      }
       if (m->takes_json_body) {
         auto body = body_of(req, res);
-        if (!body) return;
-        params = std::move(*body);
+        if (!body) return res;
+        if (!read_query(*m, req, res, *body)) return res;
+        std::function<bool()> caller_gone;
+        if (m->cancelled_when_caller_leaves) caller_gone = [&req] { return req.peer_gone(); };
+        return call(std::string(m->name), *body, caller_gone);
       }
-      if (!read_query(*m, req, res, params)) return;
-      std::function<bool()> caller_gone;
-      if (m->cancelled_when_caller_leaves) {  // a generate whose client hangs up frees its slot
-        auto peer = std::make_shared<PeerHangup>(req.local_addr, req.local_port, req.remote_addr,
-                                                 req.remote_port);
-        caller_gone = [peer] { return peer->hung_up(); };
-      }
-      call(std::string(m->name), params, res, caller_gone);
+      json params = json::object();
+      if (!read_query(*m, req, res, params)) return res;
+      return call(std::string(m->name), params);
     };
-    const std::string route(method.http_route);
-    if (method.http_verb == protocol::HttpVerb::kGet) {
-      server_->Get(route, handler);
-    } else {
-      server_->Post(route, handler);
-    }
   }
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(service_) + service_.serving_metrics(),
-                    "text/plain; version=0.0.4");
-  });
+  routes_->by_path["/metrics"]["GET"] = [this](HttpRequest&) {
+    HttpResponse res;
+    res.content_type = "text/plain; version=0.0.4";
+    res.body = render_metrics(service_) + service_.serving_metrics();
+    return res;
+  };
 
-  // cpp-httplib listens with a backlog of 5: 64 clients connecting at once overflow it, and a
-  // dropped handshake can stall a request past the server's 5 s read timeout. The listening
-  // socket is remembered here and given the system's backlog once bound.
-  auto listening = std::make_shared<int>(-1);
-  server_->set_socket_options([listening](int sock) {
-    httplib::default_socket_options(sock);
-    *listening = sock;
-  });
-  port_ = server_->bind_to_port(host, port) ? port : -1;
-  if (port_ >= 0 && *listening >= 0) ::listen(*listening, SOMAXCONN);
-  if (port_ < 0) {
-    throw protocol::RuntimeError("cannot bind the HTTP routes to " + host + ":" +
-                                 std::to_string(port));
-  }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  const std::string api_key = options.api_key;
+  HttpListener::Options listen;
+  listen.host = host;
+  listen.port = port;
+  listen.threads = options.http_threads;
+  listen.max_queued = options.max_queued_requests;
+  listen.limits.max_body_bytes = options.max_request_bytes;
+  auto ms = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  };
+  listen.limits.header_timeout = ms(options.http_header_timeout_seconds);
+  listen.limits.body_timeout = ms(options.http_body_timeout_seconds);
+  listener_ = std::make_unique<HttpListener>(
+      listen,
+      [this, api_key](HttpRequest& req) -> HttpResponse {
+        // vLLM's --api-key: every route but the health check and the metrics.
+        if (!api_key.empty() && !unguarded(req.path)) {
+          const std::string header = req.header("authorization").value_or("");
+          const std::string scheme = "Bearer ";
+          if (!header.starts_with(scheme) || !same_secret(header.substr(scheme.size()), api_key)) {
+            return json_response(401, {{"error", "Unauthorized"}});
+          }
+        }
+        auto path = routes_->by_path.find(req.path);
+        if (path == routes_->by_path.end()) return not_found();
+        auto route = path->second.find(req.method);
+        if (route == path->second.end()) {
+          std::string allow;
+          for (const auto& [verb, handler] : path->second)
+            allow += (allow.empty() ? "" : ", ") + verb;
+          return method_not_allowed(allow);
+        }
+        return route->second(req);
+      },
+      [](const HttpRequest& req) { return req.method == "GET" && unguarded(req.path); });
 }
 
-HttpServer::~HttpServer() {
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+HttpServer::~HttpServer() = default;
+
+int HttpServer::port() const {
+  return listener_->port();
 }
 
 std::string escape_label_value(const std::string& value) {

@@ -75,9 +75,19 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 24));
   app.add_option("--http-threads", o.http_threads,
-                 "HTTP connections served at once; a streaming or waiting request holds one")
+                 "HTTP requests handled at once; a streaming or waiting request holds one (idle "
+                 "and slow connections hold none)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(4096)));
+  app.add_option("--http-header-timeout", o.http_header_timeout_seconds,
+                 "seconds an HTTP request's header may take to arrive, however it trickles "
+                 "(an idle kept-alive connection closes after as long)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--http-body-timeout", o.http_body_timeout_seconds,
+                 "seconds an HTTP request's body may take to arrive after its header")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--tensor-parallel-size", o.tensor_parallel_size,
                  "rank processes that share the model (vLLM's tensor parallelism); this one "
                  "serves and starts the others")

@@ -37,7 +37,11 @@ struct WorkerOptions {
   std::string served_model_name;              // the `model` of the OpenAI routes; empty: --model
   std::size_t max_num_seqs = 64;              // sequences in one generation step
   std::size_t max_num_batched_tokens = 2048;  // tokens computed in one generation step
-  std::size_t http_threads = 128;  // HTTP connections served at once (a stream holds one)
+  std::size_t http_threads = 128;             // HTTP requests handled at once (a stream holds one)
+  // Deadlines for an HTTP request's header (an idle kept-alive connection's wait included) and
+  // for its body, however slowly the bytes arrive.
+  double http_header_timeout_seconds = 10;
+  double http_body_timeout_seconds = 60;
   // Tensor parallelism: this worker is `tensor_parallel_size` rank processes. Rank 0 (the
   // process started by hand) serves; it starts the others itself, with the same arguments and
   // the two below, which are not meant to be given by hand.

@@ -1,9 +1,9 @@
 #include "worker/worker_service.hpp"
 
-#include <filesystem>
-
 #include <chrono>
+#include <filesystem>
 #include <future>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -281,10 +281,13 @@ void WorkerService::bind_handlers() {
       {m::kGenerate,
        [this](Params params, Gone caller_gone) { return generate(params, caller_gone); }},
       {m::kTokenize,
-       [this](Params params, Gone) -> json {
-         // vLLM's TokenizeResponse.
+       [this](Params params, Gone caller_gone) -> json {
+         // vLLM's TokenizeResponse. No context limit, as vLLM's; a client that leaves (or a
+         // worker that stops) ends the work.
          auto request = protocol::TokenizeParams::from_json(params);
-         const auto ids = tokenizer().encode(request.prompt, request.add_special_tokens);
+         const auto ids =
+             *tokenizer().encode_within(request.prompt, request.add_special_tokens,
+                                        std::numeric_limits<std::size_t>::max(), caller_gone);
          json strs = nullptr;
          if (request.return_token_strs) {
            strs = json::array();
@@ -413,8 +416,9 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
                             });
 }
 
-std::shared_ptr<CompletionRun> WorkerService::start_completion(const json& params) {
-  return completions_->start(params);
+std::shared_ptr<CompletionRun> WorkerService::start_completion(
+    const json& params, const std::function<bool()>& caller_gone) {
+  return completions_->start(params, caller_gone);
 }
 
 std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json& params) {

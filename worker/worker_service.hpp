@@ -60,7 +60,8 @@ class WorkerService {
 
   // POST /v1/completions: starts the run the HTTP route streams or waits for (throws on bad
   // input before anything runs).
-  std::shared_ptr<CompletionRun> start_completion(const nlohmann::json& params);
+  std::shared_ptr<CompletionRun> start_completion(const nlohmann::json& params,
+                                                  const std::function<bool()>& caller_gone = {});
   // The same, for callers that answer it whole (ZeroMQ): `stream: true` is a ValueError.
   std::shared_ptr<CompletionRun> start_whole_completion(const nlohmann::json& params);
   // GET /v1/models.

@@ -20,11 +20,15 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <thread>
+#include <vector>
 
+#include "model_loader/causal_attention.hpp"
 #include "model_loader/int8_quantization.hpp"
 #include "model_loader/linear.hpp"
 #include "protocol/errors.hpp"
@@ -466,8 +470,6 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   const double scaling = 1.0 / std::sqrt(static_cast<double>(hd));
   auto options = at::TensorOptions().dtype(compute_dtype_).device(store_.device());
 
-  const auto device_longs = at::TensorOptions().dtype(at::kLong).device(store_.device());
-
   at::Tensor ids = checked_step_tokens(tokens, slices, c.vocab_size).to(store_.device());
   std::vector<std::int64_t> position_list;
   position_list.reserve(static_cast<std::size_t>(n));
@@ -503,20 +505,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     }
   }
 
-  // Per step, not per layer: rotary angles and each slice's attention mask.
+  // Per step, not per layer: the rotary angles.
   auto [cos, sin] = rope_tables(positions);
-  std::vector<at::Tensor> masks(slices.size());
-  for (std::size_t i = 0; i < slices.size(); ++i) {
-    const std::int64_t start = slices[i].cache->length, keys = start + slices[i].num_tokens;
-    if (slices[i].num_tokens == 1 && !c.sliding_window) continue;  // one query sees every key
-    at::Tensor query_pos = at::arange(start, keys, device_longs);
-    at::Tensor key_pos = at::arange(keys, device_longs);
-    at::Tensor blocked = key_pos.unsqueeze(0) > query_pos.unsqueeze(1);
-    if (c.sliding_window) {
-      blocked = blocked | (query_pos.unsqueeze(1) - key_pos.unsqueeze(0) >= *c.sliding_window);
-    }
-    masks[i] = blocked.unsqueeze(0);
-  }
 
   // One step reads one consistent set of weights: a staged commit waits for it to end.
   std::shared_lock weights_lock(store_.mutex());
@@ -554,13 +544,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
       }
       // [heads, len, hd]
       at::Tensor qq = q.narrow(0, offset, len).transpose(0, 1).to(attention_dtype_);
-      at::Tensor scores =
-          at::matmul(qq, kk.to(attention_dtype_).transpose(1, 2)).to(at::kFloat) * scaling;
-      if (masks[i].defined()) {
-        scores = scores.masked_fill(masks[i], -std::numeric_limits<float>::infinity());
-      }
-      at::Tensor probs = at::softmax(scores, -1).to(attention_dtype_);
-      outputs.push_back(at::matmul(probs, vv.to(attention_dtype_))
+      outputs.push_back(causal_attention(qq, kk.to(attention_dtype_), vv.to(attention_dtype_),
+                                         start, scaling, c.sliding_window)
                             .to(compute_dtype_)
                             .transpose(0, 1)
                             .reshape({len, heads * hd}));

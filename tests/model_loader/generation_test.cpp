@@ -2,9 +2,15 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <ATen/ops/allclose.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/randn.h>
 
+#include <limits>
+#include <map>
+
+#include "model_loader/causal_attention.hpp"
 #include "model_test_support.hpp"
 #include "protocol/errors.hpp"
 
@@ -29,9 +35,116 @@ SamplingParams sampled(std::uint64_t seed, std::int64_t max_tokens = 12) {
   return p;
 }
 
+// The real model, with one slice's logits turned to NaN: a fault of one sequence that no real
+// checkpoint produces on demand, to show that it stays that sequence's.
+class PoisonedSlice final : public model_loader::ServableModel {
+ public:
+  PoisonedSlice(std::shared_ptr<model_loader::ServableModel> inner, std::size_t slice)
+      : inner_(std::move(inner)), slice_(slice) {}
+  at::Tensor forward(const at::Tensor& tokens, std::vector<model_loader::ForwardSlice>& slices,
+                     bool all_positions) const override {
+    at::Tensor logits = inner_->forward(tokens, slices, all_positions);
+    if (!all_positions && slice_ < slices.size()) {
+      logits[static_cast<std::int64_t>(slice_)].fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+    return logits;
+  }
+  const model_loader::ModelConfig& config() const override { return inner_->config(); }
+  c10::ScalarType dtype() const override { return inner_->dtype(); }
+  std::uint64_t runtime_bytes() const override { return inner_->runtime_bytes(); }
+  void load_checkpoint(const model_loader::Checkpoint& c) override { inner_->load_checkpoint(c); }
+  bool reload_active() const override { return inner_->reload_active(); }
+  bool is_dirty() const override { return inner_->is_dirty(); }
+  void zero_weights() override { inner_->zero_weights(); }
+  std::map<std::string, std::string> runtime_checksums(const std::string& prefix) const override {
+    return inner_->runtime_checksums(prefix);
+  }
+  std::map<std::string, std::string> checkpoint_checksums() const override {
+    return inner_->checkpoint_checksums();
+  }
+  void load_weights(const std::vector<model_loader::NamedTensor>& w) override {
+    inner_->load_weights(w);
+  }
+  void start_reload() override { inner_->start_reload(); }
+  void finish_reload() override { inner_->finish_reload(); }
+  void abort_reload() override { inner_->abort_reload(); }
+  c10::Device device() const override { return inner_->device(); }
+
+ private:
+  std::shared_ptr<model_loader::ServableModel> inner_;
+  std::size_t slice_;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(generation)
+
+// vLLM's rules (sampling_params.py): a temperature in (0, 0.01) is 0.01, one of 0 is greedy and
+// turns the filters off. Such values were 0 in float32 and gave NaN probabilities.
+BOOST_FIXTURE_TEST_CASE(tiny_temperatures_and_top_p_follow_vllms_rules, Fixture) {
+  SamplingParams p = sampled(4, 6);
+  p.temperature = 1e-300;
+  p.apply_vllm_rules();
+  BOOST_TEST(p.temperature == model_loader::kMinTemperature);
+  SamplingParams zero = sampled(4, 6);
+  zero.temperature = 0;
+  zero.top_p = 0.5;
+  zero.top_k = 3;
+  zero.min_p = 0.2;
+  zero.apply_vllm_rules();
+  BOOST_TEST((zero.top_p == 1.0 && zero.top_k == 0 && zero.min_p == 0.0));
+  // Generation applies them itself: these sample, deterministically, and never fail.
+  for (double t : {1e-300, 1e-40, 1e-6}) {
+    SamplingParams tiny = sampled(4, 6);
+    tiny.temperature = t;
+    SamplingParams clamped = sampled(4, 6);
+    clamped.temperature = model_loader::kMinTemperature;
+    BOOST_TEST(model_loader::generate(*model, {kPrompt}, tiny).at(0).token_ids ==
+               model_loader::generate(*model, {kPrompt}, clamped).at(0).token_ids);
+  }
+  // Non-finite values are refused by name.
+  SamplingParams infinite = sampled(1);
+  infinite.temperature = std::numeric_limits<double>::infinity();
+  HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {kPrompt}, infinite), protocol::ValueError,
+                          "temperature must be a finite number");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_sequence_whose_sampling_fails_ends_alone, Fixture) {
+  PoisonedSlice poisoned(model, 1);
+  model_loader::Sequence a(kPrompt, sampled(1, 5)), b(kPrompt, sampled(2, 5)),
+      c(kPrompt, sampled(3, 5));
+  std::vector<model_loader::Sequence*> batch{&a, &b, &c};
+  model_loader::step(poisoned, batch);
+  BOOST_TEST(b.finished());
+  BOOST_TEST(*b.finish_reason() == "error");
+  BOOST_REQUIRE(b.error().has_value());
+  BOOST_TEST(b.error()->find("no valid distribution") != std::string::npos, *b.error());
+  // The others go on, alone in the batch from now on, to their end.
+  while (!a.finished() || !c.finished())
+    model_loader::step(*model, batch);
+  BOOST_TEST(*a.finish_reason() == "length");
+  BOOST_TEST(*c.finish_reason() == "length");
+  BOOST_TEST(a.output_tokens().size() == 5u);
+  BOOST_TEST(b.output_tokens().empty());
+}
+
+// A prompt attended in chunks of queries gives what one pass over all of them gives, sliding
+// window and a cache's earlier keys included; peak memory is the bench's to show.
+BOOST_AUTO_TEST_CASE(attention_in_chunks_equals_attention_in_one_pass) {
+  const std::int64_t heads = 4, start = 7, len = 37, hd = 16;
+  at::Tensor q = at::randn({heads, len, hd});
+  at::Tensor k = at::randn({heads, start + len, hd});
+  at::Tensor v = at::randn({heads, start + len, hd});
+  for (std::optional<std::int64_t> window :
+       {std::optional<std::int64_t>{}, std::optional<std::int64_t>{5}}) {
+    at::Tensor whole = model_loader::causal_attention(q, k, v, start, 0.25, window);
+    for (std::int64_t budget :
+         {std::int64_t{1}, heads * (start + len) * 3, heads * (start + len) * 36}) {
+      at::Tensor chunked = model_loader::causal_attention(q, k, v, start, 0.25, window, budget);
+      BOOST_TEST(at::allclose(whole, chunked, 1e-5, 1e-6), "budget " << budget);
+    }
+  }
+}
 
 BOOST_FIXTURE_TEST_CASE(sampling_is_deterministic_for_a_seed, Fixture) {
   auto a = model_loader::generate(*model, {kPrompt}, sampled(7)).at(0);
@@ -74,14 +187,19 @@ BOOST_FIXTURE_TEST_CASE(logprobs_are_taken_before_temperature, Fixture) {
   }
 }
 
+// The likeliest token always stays, however small top_p is: 1e-300 is 0 once compared in
+// float32, and used to leave no token at all.
 BOOST_FIXTURE_TEST_CASE(a_tiny_top_p_is_greedy, Fixture) {
-  auto nucleus = sampled(9, 6);
-  nucleus.top_p = 1e-6;
   SamplingParams greedy;
   greedy.temperature = 0;
   greedy.max_tokens = 6;
-  BOOST_TEST(model_loader::generate(*model, {kPrompt}, nucleus).at(0).token_ids ==
-             model_loader::generate(*model, {kPrompt}, greedy).at(0).token_ids);
+  for (double top_p : {1e-6, 1e-300}) {
+    auto nucleus = sampled(9, 6);
+    nucleus.top_p = top_p;
+    BOOST_TEST(model_loader::generate(*model, {kPrompt}, nucleus).at(0).token_ids ==
+                   model_loader::generate(*model, {kPrompt}, greedy).at(0).token_ids,
+               "top_p " << top_p);
+  }
 }
 
 BOOST_FIXTURE_TEST_CASE(stop_tokens_end_a_sequence_with_reason_stop, Fixture) {

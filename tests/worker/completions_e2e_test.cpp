@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -331,6 +332,15 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_get_vllms_errors_and_the_worker_goes_on, Fi
   refused(R"({"prompt": [1, 2], "max_tokens": 511})", 400, "BadRequestError",
           "'max_tokens' or 'max_completion_tokens' is too large: 511");
   refused(R"({"prompt": [1, 9999]})", 400, "BadRequestError", "9999");
+  // More sequences than can ever be queued: no retry succeeds, so a 400 naming the limit rather
+  // than a 503.
+  refused(R"({"prompt": "a", "n": 16384})", 400, "BadRequestError",
+          "more than the 4096 this worker can queue at once (--max-queued-requests)");
+  // A text far past the context is refused without tokenizing all of it.
+  const auto begin = std::chrono::steady_clock::now();
+  refused(json({{"prompt", std::string(8u << 20, 'a')}}).dump(), 400, "BadRequestError",
+          "This model's maximum context length is 512 tokens. However, your request has more");
+  BOOST_TEST(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() < 5.0);
   // An unknown field is accepted and named in the log, as vLLM does.
   auto res = post({{"prompt", "a"}, {"max_tokens", 2}, {"not_a_field", true}});
   BOOST_REQUIRE(res);
@@ -338,6 +348,35 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_get_vllms_errors_and_the_worker_goes_on, Fi
   BOOST_TEST(worker->wait_for_output("ignored: {'not_a_field'}", 5s));
   // Still serving.
   BOOST_TEST(completion({{"prompt", "a"}, {"max_tokens", 2}})["choices"].size() == 1u);
+}
+
+// Values that pass validation but were 0 in float32 (temperature 1e-300, top_p 1e-300) made
+// sampling fail, and the failure ended every sequence in the batch. vLLM raises such a
+// temperature to 0.01 and always keeps one top-p token: the request is answered, and a stream
+// running beside it finishes.
+BOOST_FIXTURE_TEST_CASE(tiny_sampling_values_end_nobody_elses_sequence, Fixture) {
+  auto stream = std::async(std::launch::async, [this] {
+    httplib::Client http("127.0.0.1", port);
+    http.set_read_timeout(60s);
+    return http.Post(
+        "/v1/completions",
+        json({{"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}, {"ignore_eos", true}})
+            .dump(),
+        "application/json");
+  });
+  std::this_thread::sleep_for(200ms);
+  for (const json& odd : {json{{"temperature", 1e-300}}, json{{"temperature", 1e-40}},
+                          json{{"top_p", 1e-300}}, json{{"min_p", 1.0}}}) {
+    json body = {{"prompt", "Hi"}, {"max_tokens", 4}};
+    body.update(odd);
+    const json reply = completion(body);
+    BOOST_TEST(reply["choices"][0]["finish_reason"] == "length", odd.dump());
+  }
+  auto res = stream.get();
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->status == 200);
+  BOOST_TEST(res->body.find("data: [DONE]") != std::string::npos);
+  BOOST_TEST(res->body.find("\"error\"") == std::string::npos, res->body.substr(0, 400));
 }
 
 BOOST_FIXTURE_TEST_CASE(the_same_operations_over_zeromq, Fixture) {

@@ -268,7 +268,9 @@ BOOST_FIXTURE_TEST_CASE(gpu_backends_on_a_cpu_worker_stop_it_saying_what_to_chan
 
 BOOST_FIXTURE_TEST_CASE(a_long_call_does_not_block_the_socket, Fixture) {
   // The long call may take long (a sanitizer build, or other tests on both cores), and both the
-  // worker's deadline and the client's give it room; the short calls get none.
+  // worker's deadline and the client's give it room; the short calls get none. Once they have
+  // been answered it is aborted: run to its end on a loaded machine it took 135 s, past the
+  // suite's time limit.
   auto worker = start({}, "180");
   trainer_sdk::RpcClient long_client(worker->endpoint(), 180s);
   auto fast = client_for(*worker);
@@ -284,7 +286,10 @@ BOOST_FIXTURE_TEST_CASE(a_long_call_does_not_block_the_socket, Fixture) {
     ++answered;
   }
   BOOST_TEST(answered > 0);
-  BOOST_TEST(generating.get()["token_ids"].size() == 3000u);
+  fast.call("abort_requests", json::object());
+  const json generated = generating.get();
+  BOOST_TEST(generated["token_ids"].size() <= 3000u);
+  BOOST_TEST((generated["finish_reason"] == "abort" || generated["token_ids"].size() == 3000u));
 }
 
 BOOST_AUTO_TEST_CASE(a_long_update_does_not_block_health) {
