@@ -14,6 +14,7 @@
 #include "model_loader/text_normalizer.hpp"
 #include "model_loader/token_decoder.hpp"
 #include "model_loader/tokenizer_json.hpp"
+#include "model_loader/unicode_regex.hpp"
 #include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
 
@@ -271,6 +272,7 @@ std::optional<std::vector<std::int64_t>> Tokenizer::encode_within(
   const std::size_t limit = max_ids - template_ids;
   const std::optional<std::size_t> per_id = state_->model.max_bytes_per_id();
   std::size_t pieces = 0;
+  const UnicodeRegex::CancelScope cancel_scope(cancelled);  // the pre-tokenizer's regex splits
   auto check_cancelled = [&] {
     if (cancelled && ++pieces % 256 == 0 && cancelled()) {
       throw protocol::RuntimeError(

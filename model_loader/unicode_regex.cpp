@@ -9,6 +9,20 @@
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
+namespace {
+
+thread_local const std::function<bool()>* t_cancelled = nullptr;
+
+}  // namespace
+
+UnicodeRegex::CancelScope::CancelScope(const std::function<bool()>& cancelled)
+    : previous_(t_cancelled) {
+  t_cancelled = cancelled ? &cancelled : previous_;
+}
+
+UnicodeRegex::CancelScope::~CancelScope() {
+  t_cancelled = previous_;
+}
 
 struct UnicodeRegex::Handles {
   pcre2_code* code = nullptr;
@@ -50,7 +64,12 @@ std::vector<std::pair<std::size_t, std::size_t>> UnicodeRegex::find_all(
   // end: once per match, which made splitting quadratic in the text (400 KB took 12 s). The
   // first call checks it all; the others are told it has been checked.
   std::uint32_t options = 0;
+  const std::function<bool()>* cancelled = t_cancelled;
   while (at <= text.size()) {
+    if (cancelled != nullptr && found.size() % 4096 == 4095 && (*cancelled)()) {
+      throw protocol::RuntimeError(
+          "tokenizing was cancelled: the client went away or the worker is stopping");
+    }
     const int rc =
         pcre2_match(handles_->code, subject, text.size(), at, options, handles_->match, nullptr);
     options = PCRE2_NO_UTF_CHECK;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,6 +27,20 @@ class UnicodeRegex {
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
 
   const std::string& pattern() const { return pattern_; }
+
+  // While one lives on a thread, find_all on that thread asks `cancelled` every few thousand
+  // matches and throws a RuntimeError when it says true: splitting megabytes of text runs deep
+  // inside a tokenizer's pre-tokenizer, where no parameter reaches. Scopes nest.
+  class CancelScope {
+   public:
+    explicit CancelScope(const std::function<bool()>& cancelled);
+    ~CancelScope();
+    CancelScope(const CancelScope&) = delete;
+    CancelScope& operator=(const CancelScope&) = delete;
+
+   private:
+    const std::function<bool()>* previous_;
+  };
 
  private:
   struct Handles;

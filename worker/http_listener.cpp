@@ -47,8 +47,9 @@ constexpr int kIoThreads = 2;
 constexpr std::size_t kProbeThreads = 2, kProbeQueue = 256;
 // Descriptors kept for everything else the worker opens (checkpoints, ZeroMQ, collectives).
 constexpr std::size_t kReservedDescriptors = 512;
-// After a request or a response this large, the allocator hands freed memory back to the system
-// (glibc keeps it otherwise: a 10^6-id detokenize left 44 MB behind).
+// After a request or a response this large, the allocator hands the free memory of its arenas
+// back to the system: the many small allocations such a request leaves behind (a parsed JSON's
+// nodes). Large ones are returned as they are freed (worker_main's mmap threshold).
 constexpr std::size_t kTrimAfterBytes = 1u << 20;
 // A refused request's remaining bytes are read and dropped for at most this long before the
 // connection closes, so that the client reads the refusal instead of a reset.
