@@ -288,14 +288,17 @@ class Session : public std::enable_shared_from_this<Session> {
     http::async_write(stream_, *message,
                       [self = shared_from_this(), message, keep](beast::error_code e, std::size_t) {
                         message->body() = std::string();
-                        self->after_response(!e && keep);
+                        self->after_response(e, keep);
                       });
   }
 
-  void after_response(bool next) {
+  // A response is out (or failed): the next request, or the end of the connection. An end the
+  // server chose lingers, so that the client reads the response rather than a reset.
+  void after_response(beast::error_code error, bool keep) {
     stream_.expires_never();
     if (std::exchange(trim_after_, false)) ::malloc_trim(0);
-    next ? read_header() : close();
+    if (error) return close();
+    keep ? read_header() : linger();
   }
 
   // Runs a posted socket operation on the strand and waits for it on this (handler) thread.
@@ -348,23 +351,12 @@ class Session : public std::enable_shared_from_this<Session> {
     close();
   }
 
+  // The framing is no longer known after a refusal: answered, then the connection ends.
   void refuse(const HttpRefusal& refusal) {
     HttpResponse response =
         json_error(refusal.status, refusal.message, reason_type(refusal.status));
     response.close = true;
-    if (version_ == 0) version_ = 11;
-    auto message = std::make_shared<http::response<http::string_body>>(
-        static_cast<http::status>(response.status), version_);
-    message->set(http::field::content_type, response.content_type);
-    message->body() = std::move(response.body);
-    message->keep_alive(false);
-    message->prepare_payload();
-    stream_.expires_after(limits().write_timeout);
-    http::async_write(stream_, *message,
-                      [self = shared_from_this(), message](beast::error_code e, std::size_t) {
-                        if (e) return self->close();
-                        self->linger();
-                      });
+    write(std::move(response));
   }
 
   // Half-closes, then drops what the client still sends for a while: closing with unread bytes
@@ -454,8 +446,9 @@ void Session::stream(HttpResponse response) {
          net::async_write(stream_, http::make_chunk_last(),
                           [done](beast::error_code e, std::size_t) { done(e); });
        });
-  net::post(stream_.get_executor(),
-            [self = shared_from_this(), next = ok && keep] { self->after_response(next); });
+  net::post(stream_.get_executor(), [self = shared_from_this(), ok, keep] {
+    self->after_response(ok ? beast::error_code{} : net::error::operation_aborted, keep);
+  });
 }
 
 }  // namespace
