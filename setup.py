@@ -19,12 +19,12 @@ class CMakeBuild(build_ext):
         build = os.path.abspath(os.path.join(self.build_temp, "cmake"))
         args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                 "-DHOTSWAP_BUILD_TESTS=OFF", "-DHOTSWAP_BUILD_BENCH=OFF"]
-        # The torch of this interpreter, where it has one (a pip torch with CUDA); else CMake
-        # takes Debian's libtorch-dev, whose python3-torch this interpreter must then see.
-        has_torch = subprocess.run([sys.executable, "-c", "import torch"],
-                                   capture_output=True).returncode == 0
-        if has_torch:
-            args.append(f"-DHOTSWAP_TORCH_PYTHON={sys.executable}")
+        # The torch of this interpreter: the extension loads only into the torch it was built
+        # against (`import hotswap` checks, by _build_info.py's TORCH_VERSION).
+        if subprocess.run([sys.executable, "-c", "import torch"]).returncode != 0:
+            raise RuntimeError(f"{sys.executable} cannot import torch; install hotswap into an "
+                               "environment with PyTorch 2 (pip install --no-build-isolation .)")
+        args.append(f"-DHOTSWAP_TORCH_PYTHON={sys.executable}")
         subprocess.run(["cmake", "-S", ROOT, "-B", build, *args], check=True)
         jobs = os.environ.get("HOTSWAP_JOBS", "2")
         subprocess.run(["cmake", "--build", build, "--target", "hotswap_python", "-j", jobs],
@@ -36,6 +36,8 @@ class CMakeBuild(build_ext):
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(built[0], target)
+        shutil.copyfile(os.path.join(build, "python", "hotswap", "_build_info.py"),
+                        os.path.join(os.path.dirname(target), "_build_info.py"))
 
 
 setup(

@@ -124,17 +124,10 @@ int main(int argc, char** argv) {
   model_loader::SamplingParams one;
   one.temperature = 0;
   one.max_tokens = 1;
-  model_loader::generate(*model, {prompt}, one);  // warm-up
-  std::vector<double> prefill;
-  for (int rep = 0; rep < reps; ++rep) {
-    start = Clock::now();
-    model_loader::generate(*model, {prompt}, one);
-    prefill.push_back(prompt.size() / since(start));
-  }
-  bench::report_spread("model_loader", "prefill (128-token prompt)", prefill, "tokens/s");
 
-  // Decode, bfloat16 (the checkpoint's dtype) and float32 (converted at load), batch 1 and 8;
-  // with a peer python, transformers on the same checkpoint, dtype and threads takes turns.
+  // Prefill of one 128-token prompt, then decode at batch 1 and 8, in bfloat16 (the checkpoint's
+  // dtype) and float32 (converted at load); with a peer python, transformers on the same
+  // checkpoint, dtype and threads takes turns with hotswap.
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   if (bench::peer_python() == nullptr) bench::say_peer_skipped();
   for (const auto dtype : {protocol::DType::kBFloat16, protocol::DType::kFloat32}) {
@@ -144,6 +137,25 @@ int main(int argc, char** argv) {
       model_loader::ModelOptions options;
       options.dtype = dtype;
       model = model_loader::load_model(dir, options);
+    }
+    model_loader::generate(*model, {prompt}, one);  // warm-up
+    std::vector<double> prefill, peer_prefill;
+    for (int rep = 0; rep < reps; ++rep) {
+      start = Clock::now();
+      model_loader::generate(*model, {prompt}, one);
+      prefill.push_back(prompt.size() / since(start));
+      if (auto t = bench::peer_prefill(HOTSWAP_BENCH_DIR, dir, static_cast<int>(prompt.size()),
+                                       threads, dtype_name)) {
+        peer_prefill.push_back(*t);
+      }
+    }
+    const std::string prefill_what = "prefill (128-token prompt), " + dtype_name;
+    if (!peer_prefill.empty()) {
+      bench::report_against_limit("model_loader", prefill_what, prefill, peer_prefill, "tokens/s",
+                                  "ratio_to_transformers", false, {{"dtype", dtype_name}});
+    } else {
+      bench::report_spread("model_loader", prefill_what, prefill, "tokens/s",
+                           {{"dtype", dtype_name}});
     }
     for (int batch : {1, 8}) {
       std::vector<double> rates, peer;

@@ -1,52 +1,68 @@
-# Finds every dependency hotswap builds with. All come from Debian's packages (see
-# scripts/install-deps.sh); CUDA and NCCL come with the machine when it has them.
+# Finds every dependency hotswap builds with: Debian's packages and the PyPI torch environment
+# (scripts/install-deps.sh); the CUDA toolkit comes with the machine when it has one.
 
 # --- libtorch -------------------------------------------------------------------------------
-# Order: an explicit Torch_DIR (or CMAKE_PREFIX_PATH), else the torch of HOTSWAP_TORCH_PYTHON
-# (a pip torch with CUDA on GPU machines), else Debian's libtorch-dev (1.13, CPU only).
-set(HOTSWAP_TORCH_PYTHON "python3" CACHE STRING
-    "python whose torch.utils.cmake_prefix_path is tried before the system libtorch; OFF to skip")
-if(NOT Torch_DIR AND NOT HOTSWAP_TORCH_PYTHON STREQUAL "OFF")
-  execute_process(
-    COMMAND ${HOTSWAP_TORCH_PYTHON} -c
-      "import os, torch; p = torch.utils.cmake_prefix_path; print(p if os.path.isfile(os.path.join(p, 'Torch', 'TorchConfig.cmake')) else '')"
-    OUTPUT_VARIABLE _hotswap_torch_prefix
-    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
-    RESULT_VARIABLE _hotswap_torch_rc)
-  if(_hotswap_torch_rc EQUAL 0 AND _hotswap_torch_prefix)
-    message(STATUS "hotswap: using the torch of ${HOTSWAP_TORCH_PYTHON}: ${_hotswap_torch_prefix}")
+# PyTorch 2 from PyPI, the torch vLLM pins (scripts/python-requirements.txt), in the virtual
+# environment scripts/make-torch-env.sh makes: CMake takes Torch_DIR from its python, which is
+# also the python the `hotswap` package is built for and the interop tests' peers run in. An
+# explicit Torch_DIR (or CMAKE_PREFIX_PATH) still wins, provided it is torch 2.
+if(DEFINED ENV{HOTSWAP_VENV})
+  set(_hotswap_venv "$ENV{HOTSWAP_VENV}")
+else()
+  set(_hotswap_venv "$ENV{HOME}/.cache/hotswap/venv")  # make-torch-env.sh's default
+endif()
+if(EXISTS "${_hotswap_venv}/bin/python")
+  set(_hotswap_torch_python_default "${_hotswap_venv}/bin/python")
+else()
+  set(_hotswap_torch_python_default python3)
+endif()
+set(HOTSWAP_TORCH_PYTHON "${_hotswap_torch_python_default}" CACHE STRING
+    "python whose torch (torch.utils.cmake_prefix_path) hotswap builds against")
+execute_process(
+  COMMAND ${HOTSWAP_TORCH_PYTHON} -c
+    "import os, sys, torch; p = torch.utils.cmake_prefix_path; print(sys.executable); print(torch.__version__); print(p if os.path.isfile(os.path.join(p, 'Torch', 'TorchConfig.cmake')) else '')"
+  OUTPUT_VARIABLE _hotswap_torch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
+  RESULT_VARIABLE _hotswap_torch_rc)
+set(HOTSWAP_TORCH_PYTHON_EXECUTABLE "")
+if(_hotswap_torch_rc EQUAL 0)
+  string(REPLACE "\n" ";" _hotswap_torch "${_hotswap_torch}")
+  list(GET _hotswap_torch 0 HOTSWAP_TORCH_PYTHON_EXECUTABLE)
+  list(GET _hotswap_torch 1 HOTSWAP_TORCH_PYTHON_VERSION)
+  list(LENGTH _hotswap_torch _hotswap_torch_n)
+  if(_hotswap_torch_n EQUAL 3 AND NOT Torch_DIR)
+    list(GET _hotswap_torch 2 _hotswap_torch_prefix)
+    message(STATUS "hotswap: torch ${HOTSWAP_TORCH_PYTHON_VERSION} of ${HOTSWAP_TORCH_PYTHON_EXECUTABLE}")
     list(PREPEND CMAKE_PREFIX_PATH "${_hotswap_torch_prefix}")
     # TorchConfig finds some of its libraries (c10) with PATHS, which CMake searches after the
-    # system's: with Debian's libtorch-dev also installed, libc10.so would come from 1.13 and two
-    # c10s would share one process (heap corruption at exit, seen). Its own lib/ goes first.
+    # system's: with another libtorch installed system-wide, libc10.so could come from it and
+    # two c10s would share one process (heap corruption at exit, seen). Its own lib/ goes first.
     get_filename_component(_hotswap_torch_root "${_hotswap_torch_prefix}/../.." ABSOLUTE)
     list(PREPEND CMAKE_LIBRARY_PATH "${_hotswap_torch_root}/lib")
   endif()
 endif()
 # A CUDA torch enables the CUDA language and gives it the C++ standard (20) unless one is set;
 # cmake 3.25 has no C++20 flags for nvcc. hotswap compiles no CUDA sources, so 17 does.
+# (Its two warnings, "library kineto not found" and "not compatible with
+# CMAKE_CUDA_ARCHITECTURES", are torch's own and harmless here: no profiler, no kernels.)
 if(NOT DEFINED CMAKE_CUDA_STANDARD)
   set(CMAKE_CUDA_STANDARD 17)
 endif()
-find_package(Torch REQUIRED)
-# The python whose torch speaks this libtorch's TCPStore protocol, for the rendezvous tests'
-# Python peer: HOTSWAP_TORCH_PYTHON when the torch found is its own, else Debian's python3
-# (python3-torch goes with libtorch-dev).
-set(HOTSWAP_STORE_PEER_PYTHON /usr/bin/python3)
-if(NOT HOTSWAP_TORCH_PYTHON STREQUAL "OFF")
-  execute_process(
-    COMMAND ${HOTSWAP_TORCH_PYTHON} -c
-      "import sys, torch.utils; print(sys.executable); print(torch.utils.cmake_prefix_path)"
-    OUTPUT_VARIABLE _hotswap_peer OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
-    RESULT_VARIABLE _hotswap_peer_rc)
-  if(_hotswap_peer_rc EQUAL 0)
-    string(REPLACE "\n" ";" _hotswap_peer "${_hotswap_peer}")
-    list(GET _hotswap_peer 0 _hotswap_peer_python)
-    list(GET _hotswap_peer -1 _hotswap_peer_prefix)
-    string(FIND "${Torch_DIR}" "${_hotswap_peer_prefix}" _hotswap_peer_at)
-    if(_hotswap_peer_at EQUAL 0)
-      set(HOTSWAP_STORE_PEER_PYTHON "${_hotswap_peer_python}")
-    endif()
+find_package(Torch)
+if(NOT Torch_FOUND OR Torch_VERSION VERSION_LESS 2.0)
+  message(FATAL_ERROR
+    "hotswap builds against PyTorch 2 (found: ${Torch_VERSION}${Torch_DIR}). "
+    "scripts/install-deps.sh makes the environment it needs (scripts/make-torch-env.sh); "
+    "or pass -DHOTSWAP_TORCH_PYTHON=<a python with torch 2> or -DTorch_DIR=<its share/cmake/Torch>.")
+endif()
+# The python whose torch is this libtorch: the `hotswap` package is built for it, and the
+# rendezvous and gloo interop tests' Python peers run in it (a c10d store speaks its own torch's
+# protocol). Empty when Torch_DIR was given and belongs to no python we were told of.
+set(HOTSWAP_STORE_PEER_PYTHON "")
+if(HOTSWAP_TORCH_PYTHON_EXECUTABLE AND _hotswap_torch_n EQUAL 3)
+  list(GET _hotswap_torch 2 _hotswap_peer_prefix)
+  string(FIND "${Torch_DIR}" "${_hotswap_peer_prefix}" _hotswap_peer_at)
+  if(_hotswap_peer_at EQUAL 0)
+    set(HOTSWAP_STORE_PEER_PYTHON "${HOTSWAP_TORCH_PYTHON_EXECUTABLE}")
   endif()
 endif()
 if(TARGET torch_cuda OR TARGET c10_cuda)
@@ -82,9 +98,9 @@ find_package(CUDAToolkit QUIET)
 # A CUDA torch from pip needs the NCCL it ships with (nvidia-nccl-*): torch 2.14's libtorch_cuda
 # calls functions that CUDA 13's own NCCL 2.28 lacks, so linking the toolkit's copy breaks the
 # link. Prefer the wheel's, so that one NCCL is loaded and it is the one torch was built for.
-if(HOTSWAP_TORCH_HAS_CUDA AND NOT HOTSWAP_TORCH_PYTHON STREQUAL "OFF")
+if(HOTSWAP_TORCH_HAS_CUDA AND HOTSWAP_STORE_PEER_PYTHON)
   execute_process(
-    COMMAND ${HOTSWAP_TORCH_PYTHON} -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])"
+    COMMAND ${HOTSWAP_STORE_PEER_PYTHON} -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])"
     OUTPUT_VARIABLE _hotswap_wheel_nccl OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
     RESULT_VARIABLE _hotswap_wheel_nccl_rc)
   if(_hotswap_wheel_nccl_rc EQUAL 0 AND EXISTS "${_hotswap_wheel_nccl}/include/nccl.h")

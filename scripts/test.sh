@@ -16,6 +16,8 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 
 "$root/scripts/install-deps.sh"
+# The torch environment install-deps made: libtorch, the `hotswap` package's python, the peers.
+torch_python=$("$root/scripts/make-torch-env.sh" --python)
 
 if ((sanitize)); then
   build=${HOTSWAP_BUILD_DIR:-$root/build-sanitize}
@@ -23,7 +25,7 @@ if ((sanitize)); then
   # are all a sanitizer report needs to name file and line.
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DHOTSWAP_SANITIZE=ON -DHOTSWAP_WERROR=ON \
-    -DHOTSWAP_BUILD_BENCH=OFF "$@"
+    -DHOTSWAP_BUILD_BENCH=OFF -DHOTSWAP_TORCH_PYTHON="$torch_python" "$@"
   reports="$build/sanitizer-reports"
   rm -rf "$reports"
   mkdir -p "$reports"
@@ -34,11 +36,11 @@ if ((sanitize)); then
   export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 else
   build=${HOTSWAP_BUILD_DIR:-$root/build}
-  # The pip torch of a GPU machine is picked up by CMake itself (HOTSWAP_TORCH_PYTHON).
   # -g1: line tables, all a backtrace or a sanitizer report needs. Full debug info (-g) doubled
   # the compile time of every file that includes ATen (sampling.cpp: 27.6 s against 12.1 s).
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DHOTSWAP_WERROR=ON "$@"
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DHOTSWAP_WERROR=ON \
+    -DHOTSWAP_TORCH_PYTHON="$torch_python" "$@"
 fi
 cmake --build "$build" -j "$jobs"
 cd "$build"

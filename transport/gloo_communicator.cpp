@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <ATen/ops/zeros.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +16,7 @@
 
 #include "protocol/errors.hpp"
 #include "transport/exception_text.hpp"
+#include "transport/gloo_backend.hpp"
 #include "transport/posix_check.hpp"
 #include "transport/rendezvous_store.hpp"
 #include "transport/unique_fd.hpp"
@@ -26,9 +26,9 @@ namespace hotswap::transport {
 struct GlooCommunicator::State {
   std::mutex mutex;  // guards the pointers below against abort() from another thread
   std::unique_ptr<RendezvousStore> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<c10d::Backend> group;
 
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> current() {
+  c10::intrusive_ptr<c10d::Backend> current() {
     std::lock_guard lock(mutex);
     if (!group) throw protocol::TransferError("the gloo communicator was aborted");
     return group;
@@ -123,16 +123,16 @@ GlooCommunicator::GlooCommunicator(const GlooRendezvous& r)
   }
   state_->store = std::make_unique<RendezvousStore>(r);
   try {
-    auto group_options = c10d::ProcessGroupGloo::Options::create(r.timeout);
-    group_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(r.master_address)));
     // Two threads, so that a receiver can have two broadcasts under way: gloo sends a message
     // only once its receiver has posted the buffer, and with one thread every broadcast paid
     // that handshake and the drain of the socket's pipeline (pieces of 16 MiB ran at 0.55-0.65x
     // one broadcast of the same bytes; with the next one posted early, 0.9-1.05x).
-    group_options->threads = 2;
-    state_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(state_->store->store(), r.rank,
-                                                                r.world_size, group_options);
+    state_->group = make_gloo_backend(state_->store->store(),
+                                      {.rank = r.rank,
+                                       .world_size = r.world_size,
+                                       .timeout = r.timeout,
+                                       .local_address = local_address_towards(r.master_address),
+                                       .threads = 2});
   } catch (const protocol::Error&) {
     throw;
   } catch (const std::exception& e) {

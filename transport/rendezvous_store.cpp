@@ -1,13 +1,78 @@
 #include "transport/rendezvous_store.hpp"
 
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
 #include "protocol/errors.hpp"
 #include "transport/exception_text.hpp"
+#include "transport/unique_fd.hpp"
 
 namespace hotswap::transport {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Whether one TCP connect to `address` completes within `wait` (refused, unreachable or slow:
+// false). The connection is closed at once; a c10d store takes a client that leaves without a
+// word as it takes one that crashed.
+bool accepts_within(const addrinfo& address, std::chrono::milliseconds wait) {
+  UniqueFd fd(::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                       address.ai_protocol));
+  if (!fd.valid()) return false;
+  if (::connect(fd.get(), address.ai_addr, address.ai_addrlen) == 0) return true;
+  if (errno != EINPROGRESS) return false;
+  pollfd p{fd.get(), POLLOUT, 0};
+  if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(1, wait.count()))) != 1) return false;
+  int error = 0;
+  socklen_t len = sizeof(error);
+  return ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+}
+
+// Waits until the host's port accepts connections, up to `deadline`. torch 2's TCPStore client
+// retries its connect with growing pauses and gives up well past its timeout (5 s asked: 12.9 s,
+// measured with torch 2.14), so a rank whose trainer died before hosting would outlive
+// --timeout; this wait keeps the deadline, and TCPStore then connects at once.
+void wait_until_accepting(const Rendezvous& r, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(r.master_port);
+  if (::getaddrinfo(r.master_address.c_str(), port.c_str(), &hints, &found) != 0 ||
+      found == nullptr) {
+    throw protocol::TransferError("rendezvous at " + r.describe() + " failed: cannot resolve '" +
+                                  r.master_address + "'");
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
+  while (true) {
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (accepts_within(*a, std::clamp(left, std::chrono::milliseconds(1),
+                                        std::chrono::milliseconds(1000)))) {
+        return;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      throw protocol::TimeoutError("rendezvous at " + r.describe() + ": nothing accepted a " +
+                                   "connection at " + r.master_address + ":" + port + " within " +
+                                   std::to_string(r.timeout.count()) +
+                                   " ms (is the trainer that hosts the store up?)");
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50),
+                                                           deadline - Clock::now()));
+  }
+}
+
+}  // namespace
 
 std::string Rendezvous::describe() const {
   return master_address + ":" + std::to_string(master_port) + " as rank " + std::to_string(rank) +
@@ -37,8 +102,16 @@ RendezvousStore::RendezvousStore(const Rendezvous& r) : rendezvous_(r) {
   options.numWorkers = static_cast<std::size_t>(r.world_size);
   options.waitWorkers = true;  // every rank adds 1 to "init/"; the host waits for world_size
   options.timeout = r.timeout;
+  if (!options.isServer) {
+    const auto deadline = Clock::now() + r.timeout;
+    wait_until_accepting(r, deadline);
+    options.timeout = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - Clock::now()),
+                               std::chrono::milliseconds(1000));
+  }
   try {
     store_ = c10::make_intrusive<c10d::TCPStore>(r.master_address, options);
+    store_->setTimeout(r.timeout);  // the store's waits get the whole timeout, not what was left
   } catch (const std::exception& e) {
     throw protocol::TransferError("rendezvous at " + r.describe() +
                                   " failed: " + one_line_cause(e));

@@ -5,9 +5,10 @@
 // until the timeout: the host may come up later) and registers. Keys travel with c10d's "/"
 // prefix, as Python's `store.get("broadcast_from/0/0")` sends them.
 //
-// The store's wire protocol is the linked torch's: torch 2 renumbered the queries (VALIDATE
-// first), so a build against Debian's libtorch 1.13 meets torch 1.13 peers only. GPU builds
-// link python3's torch 2, the store of vLLM's trainers.
+// The store's wire protocol is the linked torch's (torch 2, as vLLM's trainers run): torch 2
+// renumbered the queries (VALIDATE first), so torch 1 peers cannot join. A joining rank waits
+// for the host's port itself, within the timeout, before c10d connects (see the .cpp: c10d's
+// own connect overshoots its timeout).
 //
 // gloo builds its process group on the store; NCCL's TCP mode only reads the unique id that
 // rank 0 put under `broadcast_from/0/0` (transport/nccl_unique_id.hpp).

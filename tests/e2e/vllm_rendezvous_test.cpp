@@ -1,8 +1,9 @@
-// NCCL's TCP rendezvous against the store vLLM's trainer hosts: a Python torch (Debian's
-// python3-torch, or the python a GPU build takes its torch from) runs a c10d TCPStore as vLLM's
-// StatelessProcessGroup does (tests/e2e/vllm_store_peer.py), and
-// hotswap joins it as a worker rank and reads the pickled unique id — and the other way round,
-// hotswap hosts (as its C++ trainer does) and the Python rank unpickles hotswap's pickle.
+// The rendezvous against torch 2 peers, as vLLM's trainer runs it: the python whose torch the
+// build links runs a c10d TCPStore as vLLM's StatelessProcessGroup does
+// (tests/e2e/vllm_store_peer.py), and
+// hotswap joins it as a worker rank and reads the pickled unique id, or joins its gloo group and
+// receives a broadcast; and the other way round, hotswap hosts (as its C++ trainer does) and
+// the Python rank unpickles hotswap's pickle, or joins hotswap's gloo group.
 #include <boost/test/unit_test.hpp>
 
 #include <cstdio>
@@ -11,7 +12,8 @@
 #include <optional>
 #include <vector>
 
-#include <torch/version.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include "protocol/errors.hpp"
 #include "protocol/nccl_info.hpp"
@@ -112,15 +114,6 @@ BOOST_AUTO_TEST_CASE(a_worker_rank_joins_the_group_vllms_own_trainer_code_hosts)
         "SKIPPED: vLLM's own StatelessProcessGroup as the host needs HOTSWAP_VLLM_PYTHON\n");
     return;
   }
-#if TORCH_VERSION_MAJOR < 2
-  // Tried: a torch 2 store server resets the connection of a libtorch 1.13 client (torch 2
-  // renumbered the store's queries, starting with VALIDATE). GPU builds link python3's torch 2.
-  std::printf(
-      "SKIPPED: this build links libtorch %d.%d, whose TCPStore protocol predates the "
-      "torch 2 store that vLLM's trainer hosts\n",
-      TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
-  return;
-#endif
   auto peer = python_peer("vllm-host", std::nullopt, vllm_python);
   const int port = hosted_port(peer);
   transport::RendezvousStore store({"127.0.0.1", port, 1, 2, 60s});
@@ -140,6 +133,61 @@ BOOST_AUTO_TEST_CASE(a_python_rank_unpickles_the_id_from_a_hotswap_hosted_store)
   store.set(transport::stateless_broadcast_key(0, 0), transport::pickle_unique_id(id));
   BOOST_TEST(printed_id(peer) == hex(id));
   store.set("hotswap_done", "1");
+  BOOST_TEST(peer.wait_exit(30s).value_or(-2) == 0);
+}
+
+namespace {
+
+// The bytes the Python gloo peer broadcasts as rank 0 (vllm_store_peer.py, gloo_rank).
+at::Tensor known_gloo_bytes() {
+  at::Tensor data = at::empty({64}, at::TensorOptions().dtype(at::kByte));
+  for (int i = 0; i < 64; ++i)
+    data[i] = (i * 37 + 11) % 256;
+  return data;
+}
+
+std::string hex(const at::Tensor& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  const auto* p = bytes.data_ptr<std::uint8_t>();
+  for (std::int64_t i = 0; i < bytes.numel(); ++i) {
+    out += digits[p[i] >> 4];
+    out += digits[p[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+// A torch 2 trainer rank hosts the store and the gloo group (as vLLM's gloo trainer does); a
+// hotswap rank joins it, does the warm-up all-reduce and receives a broadcast.
+BOOST_AUTO_TEST_CASE(a_worker_rank_joins_a_torch2_hosted_gloo_group) {
+  auto peer = python_peer("gloo-host");
+  const int port = hosted_port(peer);
+  auto group = or_fail_with_peer_output(peer, [&] {
+    return std::make_unique<transport::GlooCommunicator>(
+        transport::GlooRendezvous{"127.0.0.1", port, 1, 2, 60s});
+  });
+  at::Tensor received = at::zeros({64}, at::TensorOptions().dtype(at::kByte));
+  group->broadcast(received, 0, 60s);
+  BOOST_TEST(hex(received) == hex(known_gloo_bytes()));
+  BOOST_TEST(printed_id(peer) == hex(known_gloo_bytes()));
+  group->store()->set("hotswap_done", "1");
+  BOOST_TEST(peer.wait_exit(30s).value_or(-2) == 0);
+}
+
+// The other way round: hotswap hosts (as its C++ trainer does) and a torch 2 rank joins.
+BOOST_AUTO_TEST_CASE(a_torch2_rank_joins_a_hotswap_hosted_gloo_group) {
+  const int port = transport::pick_free_port();
+  auto peer = python_peer("gloo-join", port);
+  auto group = or_fail_with_peer_output(peer, [&] {
+    return std::make_unique<transport::GlooCommunicator>(
+        transport::GlooRendezvous{"127.0.0.1", port, 0, 2, 60s});
+  });
+  at::Tensor sent = known_gloo_bytes();
+  group->broadcast(sent, 0, 60s);
+  BOOST_TEST(printed_id(peer) == hex(known_gloo_bytes()));
+  group->store()->set("hotswap_done", "1");
   BOOST_TEST(peer.wait_exit(30s).value_or(-2) == 0);
 }
 

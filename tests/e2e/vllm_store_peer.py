@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python side of the NCCL TCP rendezvous, as vLLM's StatelessProcessGroup runs it, with
-a Python torch whose store protocol is the build's (Debian's python3-torch, or the python a GPU
-build takes its torch from; no vLLM, no GPU needed): a TCPStore of world size 2 and the unique id
+the python whose torch the build links (torch 2, from scripts/make-torch-env.sh; no vLLM, no GPU
+needed): a TCPStore of world size 2 and the unique id
 pickled under `broadcast_from/0/0`. vLLM's ctypes ncclUniqueId is recreated under its own module
 path, so the pickle bytes are vLLM's exactly.
 
@@ -12,6 +12,13 @@ path, so the pickle bytes are vLLM's exactly.
                                    on a port it prints first ("port N"):
                                    StatelessProcessGroup.create, NCCLLibrary().ncclGetUniqueId(),
                                    broadcast_obj, exactly as vLLM's NCCL trainer engine does
+    vllm_store_peer.py gloo-host   rank 0 of a gloo group of 2, as vLLM's gloo trainer joins
+                                   one: hosts the store (prints "port N"), joins
+                                   ProcessGroupGloo, the warm-up all-reduce, then broadcasts 64
+                                   known bytes as rank 0 and prints them as the id
+    vllm_store_peer.py gloo-join PORT
+                                   rank 1 of the group a hotswap rank 0 hosts: joins, the warm-up
+                                   all-reduce, receives rank 0's 64 bytes and prints them
 Each prints "id <hex>" and exits once the C++ side has set the key "hotswap_done".
 """
 
@@ -59,10 +66,36 @@ def vllm_host():
     linger_for_the_setter()
 
 
+def gloo_rank(role, port, timeout):
+    import torch
+    import torch.distributed as dist
+
+    if role == "gloo-host":
+        store, rank = host_store(timeout), 0
+    else:
+        store, rank = TCPStore("127.0.0.1", port, 2, False, timeout), 1
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = timeout
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    group = dist.ProcessGroupGloo(store, rank, 2, opts)
+    group.allreduce([torch.zeros(1)]).wait()  # vLLM's warm-up all-reduce
+    data = torch.tensor([(i * 37 + 11) % 256 for i in range(64)], dtype=torch.uint8)
+    if rank == 1:
+        data.zero_()
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    group.broadcast([data], opts).wait()
+    print("id " + bytes(data.tolist()).hex(), flush=True)
+    store.wait(["hotswap_done"])
+    linger_for_the_setter()
+
+
 def main():
     role, port = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
     if role == "vllm-host":
         return vllm_host()
+    if role in ("gloo-host", "gloo-join"):
+        return gloo_rank(role, port, datetime.timedelta(seconds=60))
     register_vllm_class()
     timeout = datetime.timedelta(seconds=30)
     if role == "host":

@@ -2,9 +2,8 @@
 """The trainer ranks of a gloo weight-transfer group, as a byte pump for the vLLM conformance tests.
 
 Runs with a python whose torch speaks the worker's c10d store protocol: the torch hotswap-worker
-was built against (Debian's python3-torch for a build on Debian's libtorch, the venv's torch for
-a build on PyPI's). torch 1.13 and torch 2 number the store's queries differently, so vLLM's own
-venv (torch 2) cannot host a group that a Debian-libtorch worker joins. The test process (vLLM's
+was built against (vLLM's own python where its torch is the build's; the store's queries differ
+between torch versions: torch 2 renumbered them). The test process (vLLM's
 python) decides what goes on the wire, with vLLM's own code (payloads, chunk boundaries); this
 process only hosts the store, joins the group as trainer ranks 0..k-1 and broadcasts the bytes it
 is handed, in order.

@@ -9,9 +9,9 @@
 # TEST: test_trainer_side test_control_plane test_generation test_gloo_dense test_sparse (all by
 # default). Each prints one line per check (PASS / FAIL / SKIP, INFO for facts beyond the spec)
 # and "N passed, N failed"; this runner adds the totals and exits 1 if any check failed.
-# The gloo tests need a second python whose torch is the one the worker links (Debian's
-# python3-torch for a Debian-libtorch build), found by itself or named by HOTSWAP_GLOO_PEER_PYTHON;
-# without one they skip, saying why. HOTSWAP_VLLM_TEST_TRACE=1 prints tracebacks of failures.
+# The gloo tests need a python whose torch is the one the worker links (vLLM's own python when
+# its torch is the build's, as with vLLM 0.33 and 0.34 and torch 2.14), found by itself or named
+# by HOTSWAP_GLOO_PEER_PYTHON; without one they skip, saying why. HOTSWAP_VLLM_TEST_TRACE=1 prints tracebacks of failures.
 set -u
 py=${HOTSWAP_VLLM_PYTHON:-python3}
 if ! "$py" -c "import vllm.distributed.weight_transfer.clients" >/dev/null 2>&1; then

@@ -19,6 +19,32 @@ Errors are vLLM's kinds: ValueError (bad input), RuntimeError (wrong state or or
 TimeoutError (a wait ran out), hotswap.TransferError (a data plane failed; a RuntimeError).
 """
 
+
+def _require_the_torch_built_against():
+    """Refuses, by name, a torch other than the one the extension was built against.
+
+    A C++ extension links one libtorch's symbols and class layouts: loaded under another torch
+    it does not fail cleanly but aborts the interpreter (`std::system_error`, seen with an
+    extension for torch 1.13 under torch 2.14). So the check runs before `_C` is loaded.
+    """
+    try:
+        from ._build_info import TORCH_VERSION as built
+    except ImportError:
+        return  # the pure-Python package alone: no extension to protect
+    try:
+        import torch
+    except ImportError:
+        return  # no torch: the client alone, as below
+    if torch.__version__ != built:
+        raise ImportError(
+            f"hotswap's extension was built against torch {built}, but this interpreter "
+            f"imports torch {torch.__version__} (from {torch.__file__}); an extension only "
+            f"loads into the torch it was built for: reinstall hotswap in this environment "
+            f"(pip install --no-build-isolation .)")
+
+
+_require_the_torch_built_against()
+
 try:
     import torch as _torch  # noqa: F401  (the extension's tensors and dtypes are torch's)
     from ._C import (  # noqa: F401

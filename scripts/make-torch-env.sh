@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Makes the Python environment hotswap builds against and tests in: a virtual environment
+# outside the repository with the torch of scripts/python-requirements.txt (the one vLLM pins),
+# numpy and pyzmq. CMake takes libtorch from it (cmake/HotswapDependencies.cmake), the `hotswap`
+# package is built for its python, and the Python tests and interop peers run in it.
+#
+#   scripts/make-torch-env.sh          makes it (or keeps it); prints its python on the last line
+#   scripts/make-torch-env.sh --python prints where its python is, and does nothing else
+#
+# HOTSWAP_VENV names the folder (default ~/.cache/hotswap/venv). Idempotent: an environment made
+# from the same requirements is kept and nothing touches the network; one made from other
+# requirements, or left half-made, is made again.
+#
+# torch's CUDA libraries come from one of two places:
+#   toolkit  the machine's CUDA 13 toolkit already has cuBLAS, cuFFT, cuRAND, cuSOLVER,
+#            cuSPARSE, NVRTC and cuDNN 9 on the loader's path: only what a toolkit lacks comes
+#            from PyPI (NCCL, whose toolkit copy is older than torch's; cuSPARSELt; NVSHMEM;
+#            cuFile). About 2.5 GB installed.
+#   wheels   anywhere else: torch with every nvidia-* wheel it names. About 5.5 GB installed.
+# HOTSWAP_TORCH_CUDA=toolkit|wheels overrides the choice.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${HOTSWAP_VENV:-$HOME/.cache/hotswap/venv}
+requirements=$root/scripts/python-requirements.txt
+# Debian's interpreter: python3-dev's headers are its own, and the `hotswap` extension is built
+# for whichever python the environment was made from.
+base_python=${HOTSWAP_BASE_PYTHON:-/usr/bin/python3}
+if [ "${1:-}" = "--python" ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+# The sonames libtorch_cuda needs that a CUDA 13 toolkit provides.
+toolkit_sonames=(libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcufft.so.12 libcurand.so.10
+                 libcusparse.so.12 libcusolver.so.12 libnvrtc.so.13 libcudnn.so.9)
+toolkit_has_cuda13() {
+  local nvcc=${CUDAToolkit_ROOT:-/usr/local/cuda}/bin/nvcc libs
+  [ -x "$nvcc" ] && "$nvcc" --version 2>/dev/null | grep -q 'release 13\.' || return 1
+  libs=$(ldconfig -p)
+  for soname in "${toolkit_sonames[@]}"; do
+    grep -qF "$soname (" <<<"$libs" || return 1
+  done
+}
+
+mode=${HOTSWAP_TORCH_CUDA:-}
+if [ -z "$mode" ]; then
+  if toolkit_has_cuda13; then mode=toolkit; else mode=wheels; fi
+fi
+case $mode in toolkit|wheels) ;; *) echo "HOTSWAP_TORCH_CUDA must be toolkit or wheels, not '$mode'" >&2; exit 2 ;; esac
+stamp="$(sha256sum "$requirements" | cut -c1-16) $mode $($base_python -c 'import sys; print(sys.version.split()[0])')"
+
+if [ -f "$venv/.hotswap-ready" ] && [ "$(cat "$venv/.hotswap-ready")" = "$stamp" ] &&
+   "$venv/bin/python" -c 'import torch, numpy, zmq' 2>/dev/null; then
+  echo "make-torch-env: kept $venv ($mode)"
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+echo "make-torch-env: making $venv (torch's CUDA libraries from the $mode; first time only)"
+start=$SECONDS
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+"$base_python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check)
+if [ "$mode" = wheels ]; then
+  "${pip[@]}" -r "$requirements"
+else
+  # torch alone, then what it requires but a toolkit lacks. Its own metadata names them, so a
+  # new torch pin brings its own NCCL and the rest without an edit here.
+  torch_pin=$(grep -E '^torch==' "$requirements")
+  "${pip[@]}" --no-deps "$torch_pin"
+  mapfile -t needs < <("$venv/bin/python" - <<'PY'
+import importlib.metadata as md, re
+for req in md.requires("torch") or []:
+    if "extra ==" in req:
+        continue
+    name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower()
+    spec = req.split(";")[0].strip()
+    if name == "cuda-toolkit":
+        # The toolkit brings all of these but cuFile; keep the pin, ask for that one extra.
+        print(re.sub(r"\[[^]]*\]", "[cufile]", spec))
+    elif name.startswith("nvidia-cudnn"):
+        continue  # the toolkit's cuDNN 9
+    elif name in ("triton", "cuda-bindings"):
+        continue  # torch.compile and cuda-python only; importing torch needs neither
+    else:
+        print(spec)
+PY
+  )
+  "${pip[@]}" "${needs[@]}"
+  grep -vE '^(#|torch==|$)' "$requirements" | xargs "${pip[@]}"
+  # libtorch_cuda must find every library it names, or nothing that links it can start.
+  missing=$(ldd "$("$venv/bin/python" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')" |
+            grep 'not found' || true)
+  if [ -n "$missing" ]; then
+    echo "make-torch-env: libtorch_cuda cannot find, with the toolkit's libraries:" >&2
+    echo "$missing" >&2
+    echo "(run again with HOTSWAP_TORCH_CUDA=wheels to take every CUDA library from PyPI)" >&2
+    exit 1
+  fi
+fi
+"$venv/bin/python" -c 'import torch; torch.ones(2).sum().item()'
+echo "$stamp" >"$venv/.hotswap-ready"
+echo "make-torch-env: $venv ready in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1) ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+echo "$venv/bin/python"
