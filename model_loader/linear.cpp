@@ -154,7 +154,9 @@ at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
       weight.scalar_type() == at::kFloat) {
     return at::mv(weight, x[0]).unsqueeze(0).to(result);
   }
-  if (small_batch_applies(x, weight) && x.size(0) > 0) {
+  const bool small_enough =
+      weight.scalar_type() != at::kFloat || x.dim() != 2 || x.size(0) <= kSmallBatchRowsFloat32;
+  if (small_batch_applies(x, weight) && x.size(0) > 0 && small_enough) {
     return small_batch_linear(x, weight).to(result);
   }
   if (x.device().is_cpu() && x.scalar_type() == at::kBFloat16) {

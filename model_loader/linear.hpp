@@ -1,17 +1,20 @@
 // y = x Wᵀ for the model's linear layers, picking the fastest exact-enough way per shape and
 // device (int8 weights have their own, in int8_quantization.hpp).
 //
-// On the CPU, libtorch 1.13 (Debian's) hands every matmul to OpenBLAS's sgemm, which packs the
-// whole weight matrix before multiplying: for the few rows of a decode step that packing costs
-// more than the multiply, and a bfloat16 matmul falls back to a scalar loop (no bf16 arithmetic
-// on AVX2 CPUs), 4–70× slower than float32. So:
-//  - up to kSmallBatchRows rows, a dot-product kernel reads each weight row once, bfloat16 or
-//    float32, widening to float32 on the fly (AVX2+FMA where the CPU has them); one row of a
-//    float32 model goes to OpenBLAS's sgemv, which packs nothing and streams faster still;
-//  - more rows of a bfloat16 model (a prefill) go through sgemm on a float32 copy of the weight,
-//    made per call: cheap next to a multiply over that many rows;
+// On the CPU (torch 2's, whose float32 matmuls are MKL's; no bfloat16 arithmetic on AVX2 CPUs),
+// measured on this 2-core AVX2 machine with 2 threads, Llama-sized weights (1024x2816 and the
+// like):
+//  - one row of a float32 model goes to at::mv (MKL's sgemv);
+//  - up to kSmallBatchRowsFloat32 rows of a float32 model, and up to kSmallBatchRows of a
+//    bfloat16 one, a dot-product kernel reads each weight row once, widening bfloat16 to float32
+//    on the fly (AVX2+FMA where the CPU has them): 4 float32 rows took 1.4-1.5 ms against
+//    MKL's 1.5-2.5 ms, and 4 bfloat16 rows 0.9-1.9 ms against 1.1-1.6 ms;
+//  - more float32 rows go to MKL's sgemm, which blocks for registers and wins from 8 rows on
+//    (1.1-2.2 ms against the kernel's 3.0-3.3 ms);
+//  - more rows of a bfloat16 model (a prefill) go through sgemm on a float32 copy of the
+//    weight, made per call: cheap next to a multiply over that many rows;
 //  - the result is rounded to x's dtype once, after float32 accumulation: what transformers'
-//    bfloat16 matmuls compute, and closer to float32 than libtorch 1.13's bf16 loop.
+//    bfloat16 matmuls compute.
 // Elsewhere (a GPU, float16 storage, the meta device) it is at::matmul, as before.
 #pragma once
 
@@ -23,6 +26,7 @@
 namespace hotswap::model_loader {
 
 inline constexpr std::int64_t kSmallBatchRows = 8;
+inline constexpr std::int64_t kSmallBatchRowsFloat32 = 4;
 
 // x [rows, in] (any floating dtype), weight [out, in]: x Wᵀ [rows, out] in x's dtype, or in
 // `out` where given (float32 logits from bfloat16 activations, rounded once, not twice).
