@@ -18,6 +18,21 @@ else()
 endif()
 set(HOTSWAP_TORCH_PYTHON "${_hotswap_torch_python_default}" CACHE STRING
     "python whose torch (torch.utils.cmake_prefix_path) hotswap builds against")
+# What an earlier configure cached about a torch that is gone (Debian's libtorch uninstalled,
+# an environment remade) is forgotten, not reused: TorchConfig's find_library calls keep a cached
+# path (seen: libc10.so of the uninstalled libtorch, "no rule to make target").
+if(Torch_DIR AND NOT EXISTS "${Torch_DIR}/TorchConfig.cmake")
+  message(STATUS "hotswap: forgetting Torch_DIR=${Torch_DIR} (no TorchConfig.cmake there now)")
+  unset(Torch_DIR CACHE)
+  unset(Torch_DIR)
+endif()
+get_cmake_property(_hotswap_cached CACHE_VARIABLES)
+foreach(_hotswap_var IN LISTS _hotswap_cached)
+  if(_hotswap_var MATCHES "(_LIBRARY|_INCLUDE_DIR|_DIR)$" AND IS_ABSOLUTE "${${_hotswap_var}}"
+     AND NOT EXISTS "${${_hotswap_var}}")
+    unset(${_hotswap_var} CACHE)
+  endif()
+endforeach()
 execute_process(
   COMMAND ${HOTSWAP_TORCH_PYTHON} -c
     "import os, sys, torch; p = torch.utils.cmake_prefix_path; print(sys.executable); print(torch.__version__); print(p if os.path.isfile(os.path.join(p, 'Torch', 'TorchConfig.cmake')) else '')"
@@ -40,6 +55,22 @@ if(_hotswap_torch_rc EQUAL 0)
     list(PREPEND CMAKE_LIBRARY_PATH "${_hotswap_torch_root}/lib")
   endif()
 endif()
+# A CUDA torch's config enables CUDA, so it needs nvcc. A machine without one (no toolkit) gets
+# the nvcc that scripts/make-torch-env.sh installed into the environment from PyPI, at torch's
+# own CUDA version (site-packages/nvidia/cuNN, beside torch).
+if(_hotswap_torch_root AND NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX}
+   AND NOT CUDAToolkit_ROOT AND NOT DEFINED ENV{CUDAToolkit_ROOT})
+  find_program(HOTSWAP_SYSTEM_NVCC nvcc PATHS /usr/local/cuda/bin)
+  file(GLOB _hotswap_wheel_nvcc "${_hotswap_torch_root}/../nvidia/cu*/bin/nvcc")
+  if(NOT HOTSWAP_SYSTEM_NVCC AND _hotswap_wheel_nvcc)
+    list(GET _hotswap_wheel_nvcc 0 _hotswap_wheel_nvcc)
+    get_filename_component(_hotswap_wheel_cuda "${_hotswap_wheel_nvcc}/../.." ABSOLUTE)
+    message(STATUS "hotswap: no CUDA toolkit on this machine; CUDA from PyPI's wheels: ${_hotswap_wheel_cuda}")
+    set(CMAKE_CUDA_COMPILER "${_hotswap_wheel_nvcc}")
+    set(CUDAToolkit_ROOT "${_hotswap_wheel_cuda}")
+    set(CUDA_TOOLKIT_ROOT_DIR "${_hotswap_wheel_cuda}")  # torch's legacy FindCUDA
+  endif()
+endif()
 # A CUDA torch enables the CUDA language and gives it the C++ standard (20) unless one is set;
 # cmake 3.25 has no C++20 flags for nvcc. hotswap compiles no CUDA sources, so 17 does.
 # (Its two warnings, "library kineto not found" and "not compatible with
@@ -50,7 +81,8 @@ endif()
 find_package(Torch)
 if(NOT Torch_FOUND OR Torch_VERSION VERSION_LESS 2.0)
   message(FATAL_ERROR
-    "hotswap builds against PyTorch 2 (found: ${Torch_VERSION}${Torch_DIR}). "
+    "hotswap builds against PyTorch 2 (found: "
+    "${Torch_VERSION}${Torch_DIR}, from HOTSWAP_TORCH_PYTHON=${HOTSWAP_TORCH_PYTHON}). "
     "scripts/install-deps.sh makes the environment it needs (scripts/make-torch-env.sh); "
     "or pass -DHOTSWAP_TORCH_PYTHON=<a python with torch 2> or -DTorch_DIR=<its share/cmake/Torch>.")
 endif()
@@ -103,10 +135,13 @@ if(HOTSWAP_TORCH_HAS_CUDA AND HOTSWAP_STORE_PEER_PYTHON)
     COMMAND ${HOTSWAP_STORE_PEER_PYTHON} -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])"
     OUTPUT_VARIABLE _hotswap_wheel_nccl OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
     RESULT_VARIABLE _hotswap_wheel_nccl_rc)
+  # Forced over whatever an earlier configure cached (the toolkit's copy, seen in a build
+  # directory configured before the move to this torch).
   if(_hotswap_wheel_nccl_rc EQUAL 0 AND EXISTS "${_hotswap_wheel_nccl}/include/nccl.h")
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS "${_hotswap_wheel_nccl}/include" NO_DEFAULT_PATH)
-    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS "${_hotswap_wheel_nccl}/lib"
-      NO_DEFAULT_PATH)
+    set(NCCL_INCLUDE_DIR "${_hotswap_wheel_nccl}/include" CACHE PATH "nccl.h of torch's NCCL" FORCE)
+    file(GLOB _hotswap_wheel_nccl_lib "${_hotswap_wheel_nccl}/lib/libnccl.so*")
+    list(GET _hotswap_wheel_nccl_lib 0 _hotswap_wheel_nccl_lib)
+    set(NCCL_LIBRARY "${_hotswap_wheel_nccl_lib}" CACHE FILEPATH "torch's NCCL" FORCE)
   endif()
 endif()
 find_path(NCCL_INCLUDE_DIR nccl.h

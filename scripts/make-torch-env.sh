@@ -16,7 +16,9 @@
 #            cuSPARSE, NVRTC and cuDNN 9 on the loader's path: only what a toolkit lacks comes
 #            from PyPI (NCCL, whose toolkit copy is older than torch's; cuSPARSELt; NVSHMEM;
 #            cuFile). About 2.5 GB installed.
-#   wheels   anywhere else: torch with every nvidia-* wheel it names. About 5.5 GB installed.
+#   wheels   anywhere else: torch with every nvidia-* wheel it names, and nvcc from PyPI at the
+#            CUDA version torch pins (CMake finds it there when the machine has no nvcc).
+#            About 5.5 GB installed.
 # HOTSWAP_TORCH_CUDA=toolkit|wheels overrides the choice.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,7 +65,23 @@ mkdir -p "$(dirname "$venv")"
 "$base_python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check)
 if [ "$mode" = wheels ]; then
+  # With every CUDA library from PyPI, and nvcc too: torch's CMake config enables CUDA, so a
+  # machine without a toolkit configures with the nvcc of torch's own cuda-toolkit pin (its
+  # crt and nvvm resolved with it: a newer nvvm's PTX is refused by that ptxas, seen).
   "${pip[@]}" -r "$requirements"
+  toolkit_pin=$("$venv/bin/python" - <<'PY'
+import importlib.metadata as md, re
+for req in md.requires("torch") or []:
+    if req.startswith("cuda-toolkit") and "extra ==" not in req:
+        print(re.sub(r"\[[^]]*\]", "[nvcc]", req.split(";")[0].strip()))
+PY
+  )
+  if [ -n "$toolkit_pin" ]; then
+    "${pip[@]}" "$toolkit_pin"
+    cu=$("$venv/bin/python" -c 'import nvidia, os, torch; print(os.path.join(list(nvidia.__path__)[0], "cu" + torch.version.cuda.split(".")[0]))')
+    # FindCUDAToolkit looks for the unversioned name a toolkit has and a wheel does not.
+    ln -sf libcudart.so.13 "$cu/lib/libcudart.so"
+  fi
 else
   # torch alone, then what it requires but a toolkit lacks. Its own metadata names them, so a
   # new torch pin brings its own NCCL and the rest without an edit here.
@@ -87,6 +105,8 @@ for req in md.requires("torch") or []:
         print(spec)
 PY
   )
+  echo "make-torch-env: pip may now say torch requires cuda-bindings, nvidia-cudnn-cu13 and triton:" \
+    "expected (the toolkit's cuDNN serves; hotswap uses neither torch.compile nor cuda-python)"
   "${pip[@]}" "${needs[@]}"
   grep -vE '^(#|torch==|$)' "$requirements" | xargs "${pip[@]}"
   # libtorch_cuda must find every library it names, or nothing that links it can start.
