@@ -235,8 +235,8 @@ inline std::optional<double> peer_prefill(const std::filesystem::path& bench_dir
                                           const std::filesystem::path& dir, int prompt,
                                           unsigned threads, const std::string& dtype = "auto") {
   auto out = run_peer(bench_dir, "hf_decode_peer.py",
-                      {dir.string(), "--batch", "1", "--prompt", std::to_string(prompt),
-                       "--steps", "0", "--threads", std::to_string(threads), "--dtype", dtype});
+                      {dir.string(), "--batch", "1", "--prompt", std::to_string(prompt), "--steps",
+                       "0", "--threads", std::to_string(threads), "--dtype", dtype});
   if (!out || !out->contains("prefill_tokens_per_second")) return std::nullopt;
   return out->at("prefill_tokens_per_second").get<double>();
 }

@@ -55,7 +55,8 @@ void wait_until_accepting(const Rendezvous& r, Clock::time_point deadline) {
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
   while (true) {
     for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (accepts_within(*a, std::clamp(left, std::chrono::milliseconds(1),
                                         std::chrono::milliseconds(1000)))) {
         return;
@@ -67,8 +68,8 @@ void wait_until_accepting(const Rendezvous& r, Clock::time_point deadline) {
                                    std::to_string(r.timeout.count()) +
                                    " ms (is the trainer that hosts the store up?)");
     }
-    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(50),
-                                                           deadline - Clock::now()));
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(std::chrono::milliseconds(50), deadline - Clock::now()));
   }
 }
 
@@ -105,9 +106,9 @@ RendezvousStore::RendezvousStore(const Rendezvous& r) : rendezvous_(r) {
   if (!options.isServer) {
     const auto deadline = Clock::now() + r.timeout;
     wait_until_accepting(r, deadline);
-    options.timeout = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - Clock::now()),
-                               std::chrono::milliseconds(1000));
+    options.timeout =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(1000));
   }
   try {
     store_ = c10::make_intrusive<c10d::TCPStore>(r.master_address, options);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <future>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include <ATen/ops/empty.h>
@@ -71,14 +72,26 @@ int hosted_port(worker::ChildProcess& peer) {
   return std::stoi(printed(peer, "port"));
 }
 
-std::string hex(const transport::NcclUniqueId& id) {
+std::string hex(std::span<const std::uint8_t> bytes) {
   static const char* digits = "0123456789abcdef";
   std::string out;
-  for (auto b : id) {
+  for (auto b : bytes) {
     out += digits[b >> 4];
     out += digits[b & 15];
   }
   return out;
+}
+
+std::string hex(const at::Tensor& bytes) {
+  return hex({bytes.data_ptr<std::uint8_t>(), static_cast<std::size_t>(bytes.numel())});
+}
+
+// The bytes the Python gloo peer broadcasts as rank 0 (vllm_store_peer.py, gloo_rank).
+at::Tensor known_gloo_bytes() {
+  at::Tensor data = at::empty({64}, at::TensorOptions().dtype(at::kByte));
+  for (int i = 0; i < 64; ++i)
+    data[i] = (i * 37 + 11) % 256;
+  return data;
 }
 
 // The peer's python has a torch whose store protocol is this build's libtorch's (CMake picks it).
@@ -135,29 +148,6 @@ BOOST_AUTO_TEST_CASE(a_python_rank_unpickles_the_id_from_a_hotswap_hosted_store)
   store.set("hotswap_done", "1");
   BOOST_TEST(peer.wait_exit(30s).value_or(-2) == 0);
 }
-
-namespace {
-
-// The bytes the Python gloo peer broadcasts as rank 0 (vllm_store_peer.py, gloo_rank).
-at::Tensor known_gloo_bytes() {
-  at::Tensor data = at::empty({64}, at::TensorOptions().dtype(at::kByte));
-  for (int i = 0; i < 64; ++i)
-    data[i] = (i * 37 + 11) % 256;
-  return data;
-}
-
-std::string hex(const at::Tensor& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  const auto* p = bytes.data_ptr<std::uint8_t>();
-  for (std::int64_t i = 0; i < bytes.numel(); ++i) {
-    out += digits[p[i] >> 4];
-    out += digits[p[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
 
 // A torch 2 trainer rank hosts the store and the gloo group (as vLLM's gloo trainer does); a
 // hotswap rank joins it, does the warm-up all-reduce and receives a broadcast.

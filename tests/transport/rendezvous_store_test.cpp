@@ -112,17 +112,18 @@ BOOST_AUTO_TEST_CASE(a_value_set_by_one_rank_is_there_for_another_once_set_retur
 BOOST_AUTO_TEST_CASE(a_rank_whose_host_never_comes_gives_up_at_its_timeout) {
   const int port = transport::pick_free_port();  // nothing listens there
   const auto start = std::chrono::steady_clock::now();
-  BOOST_CHECK_EXCEPTION(
-      transport::RendezvousStore({"127.0.0.1", port, 1, 2, 2s}), protocol::TimeoutError,
-      [&](const protocol::TimeoutError& e) {
-        const std::string what = e.what();
-        return what.find("127.0.0.1:" + std::to_string(port)) != std::string::npos &&
-               what.find("within 2000 ms") != std::string::npos;
-      });
+  BOOST_CHECK_EXCEPTION(transport::RendezvousStore({"127.0.0.1", port, 1, 2, 2s}),
+                        protocol::TimeoutError, [&](const protocol::TimeoutError& e) {
+                          const std::string what = e.what();
+                          return what.find("127.0.0.1:" + std::to_string(port)) !=
+                                     std::string::npos &&
+                                 what.find("within 2000 ms") != std::string::npos;
+                        });
   const auto took = std::chrono::steady_clock::now() - start;
   BOOST_TEST(took >= 2s);
-  BOOST_TEST(took < 3s, "took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
-                                << " ms for a 2 s timeout");
+  BOOST_TEST(took < 3s,
+             "took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms for a 2 s timeout");
 }
 
 // A host that comes up late is still met, and the store keeps the whole timeout for its waits.
