@@ -20,7 +20,7 @@
 #include "bench/bench_support.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/rpc_client.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -57,9 +57,9 @@ model_loader::ModelConfig llama(std::int64_t hidden, std::int64_t layers, std::i
 }
 
 // Starts a worker on `model` and returns it with its endpoint.
-std::pair<std::unique_ptr<worker::ChildProcess>, std::string> start_worker(
+std::pair<std::unique_ptr<transport::ChildProcess>, std::string> start_worker(
     const std::string& binary, const fs::path& model) {
-  auto p = std::make_unique<worker::ChildProcess>(
+  auto p = std::make_unique<transport::ChildProcess>(
       binary, std::vector<std::string>{"--model", model.string(), "--control", "tcp://127.0.0.1:*",
                                        "--weight-transfer-config", R"({"backend": "disk"})"});
   std::string endpoint = worker::wait_until_ready(*p, std::chrono::seconds(60));

@@ -37,7 +37,7 @@
 #include "transport/device.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/nccl_communicator.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -129,7 +129,7 @@ std::vector<double> sync_seconds(
     const std::function<std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>(
         std::shared_ptr<trainer_sdk::WeightSyncClient>,
         std::shared_ptr<trainer_sdk::WeightSource>)>& make_engine) {
-  worker::ChildProcess worker(
+  transport::ChildProcess worker(
       bench::worker_binary(),
       {"--model", run.model.string(), "--device", "cuda:" + std::to_string(worker_gpu), "--control",
        "tcp://127.0.0.1:*", "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}",

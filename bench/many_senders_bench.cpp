@@ -27,7 +27,7 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     for (const auto& name : checkpoint.names())
       tensors.emplace_back(name, checkpoint.tensor(name).clone().add_(1));
 
-    worker::ChildProcess worker(
+    transport::ChildProcess worker(
         bench::worker_binary(),
         {"--model", (work / "model").string(), "--control", "tcp://127.0.0.1:*",
          "--weight-transfer-config", R"({"backend": "gloo"})", "--timeout", "300"});

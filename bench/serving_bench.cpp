@@ -25,7 +25,7 @@
 #include "bench/bench_support.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -84,9 +84,9 @@ int main(int argc, char** argv) {
   fs::copy_file(fs::path(HOTSWAP_GOLDEN_DIR) / "tokenizer/qwen2/tokenizer.json",
                 work / "tokenizer.json");
   const int port = transport::pick_free_port();
-  worker::ChildProcess process(bench::worker_binary(),
-                               {"--model", work.string(), "--control", "tcp://127.0.0.1:*",
-                                "--http-port", std::to_string(port), "--max-num-seqs", "64"});
+  transport::ChildProcess process(bench::worker_binary(),
+                                  {"--model", work.string(), "--control", "tcp://127.0.0.1:*",
+                                   "--http-port", std::to_string(port), "--max-num-seqs", "64"});
   worker::wait_until_ready(process, std::chrono::seconds(60));
 
   // The prompts as ids (every client and the peer see the same ones): 20-40 tokens of text.

@@ -27,7 +27,7 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 namespace hotswap::bench {
 namespace {
@@ -108,7 +108,7 @@ int run_soak(int rounds, const std::vector<std::string>& backends) {
   bool all_within = true;
 
   for (const auto& backend : backends) {
-    worker::ChildProcess worker(
+    transport::ChildProcess worker(
         worker_binary,
         {"--model", (work / "model").string(), "--control", "tcp://127.0.0.1:*",
          "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}", "--timeout", "120"});

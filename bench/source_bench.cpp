@@ -1,6 +1,6 @@
 // The trainer side's per-round walk over a source, per tensor (iter()) and per layerwise group
 // (iter_groups()), on name lists the size of real models: a dense Llama and a mixture of
-// experts with 128 experts per layer, where per-tensor streams are the slow case the seeds'
+// experts with 128 experts per layer, where per-tensor streams are the slow case
 // iter_groups() exists for. The tensors are tiny, so the figures are the walk's own cost.
 #include <benchmark/benchmark.h>
 

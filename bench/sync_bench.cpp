@@ -38,7 +38,7 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -175,7 +175,7 @@ int run(int argc, char** argv) {
 
     for (const std::string& label : variants) {
       const std::string backend = label.starts_with("gloo") ? "gloo" : "shm";
-      worker::ChildProcess worker(
+      transport::ChildProcess worker(
           worker_binary,
           {"--model", (work / "model").string(), "--control", "tcp://127.0.0.1:*",
            "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}", "--timeout", "600"});

@@ -22,7 +22,7 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       tensors.emplace_back(name, checkpoint.tensor(name).clone().add_(1));
 
     auto start = [&](int tp) {
-      auto p = std::make_unique<worker::ChildProcess>(
+      auto p = std::make_unique<transport::ChildProcess>(
           bench::worker_binary(),
           std::vector<std::string>{"--model", (work / "model").string(), "--control",
                                    "tcp://127.0.0.1:*", "--weight-transfer-config",

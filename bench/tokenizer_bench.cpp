@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
-#include "model_loader/tokenizer.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;

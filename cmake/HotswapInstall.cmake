@@ -11,28 +11,32 @@ set(HOTSWAP_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/hotswap")
 set(CMAKE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
 
-# A library of the package: hotswap::<component> here and once installed; headers are
-# included as "<component>/<file>.hpp" in both.
+# A library of the package: hotswap::<component> here and once installed. Installed, its headers
+# are included as <hotswap/<component>/<file>.hpp> (HotswapInstallHeaders.cmake); in this tree,
+# as "<component>/<file>.hpp".
 function(hotswap_package_library target component)
   add_library(hotswap::${component} ALIAS ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${component})
   target_include_directories(${target} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/hotswap>)
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   install(TARGETS ${target} EXPORT hotswapTargets
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/
-    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hotswap/${component}
-    FILES_MATCHING PATTERN "*.hpp" PATTERN "tools" EXCLUDE PATTERN "python" EXCLUDE)
+  install(CODE "
+    set(HOTSWAP_HEADER_SOURCE \"${PROJECT_SOURCE_DIR}/${component}\")
+    set(HOTSWAP_HEADER_STAGING \"${PROJECT_BINARY_DIR}/installed-headers/${component}\")
+    set(HOTSWAP_HEADER_DESTINATION
+        \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/hotswap/${component}\")
+    include(\"${PROJECT_SOURCE_DIR}/cmake/HotswapInstallHeaders.cmake\")")
 endfunction()
 
 # Called once every target exists (from the top-level CMakeLists.txt).
 function(hotswap_install_package)
   # The warning flags travel with static libraries' link interfaces; harmless when shared.
   install(TARGETS hotswap_warnings EXPORT hotswapTargets)
-  install(TARGETS hotswap_worker
+  install(TARGETS hotswap_worker_serving hotswap_worker hotswap_worker_frontends
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(TARGETS hotswap-worker hotswap-launch hotswap-trainer hotswap-make-model
                   hotswap-generate

@@ -1,5 +1,5 @@
-// The worker's HTTP request reader (worker/http_request_reader.hpp): Boost.Beast's parser under
-// hotswap's limits and framing checks, then the conversion routes read (path and query
+// The worker's HTTP request reader (worker/frontends/http_request_reader.hpp): Boost.Beast's parser
+// under hotswap's limits and framing checks, then the conversion routes read (path and query
 // percent-decoded, header names lower-cased). The first byte picks small or default limits;
 // the rest is what a client sent, pipelined requests included.
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_support.hpp"
-#include "worker/http_request_reader.hpp"
+#include "worker/frontends/http_request_reader.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hotswap;

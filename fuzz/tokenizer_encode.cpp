@@ -7,8 +7,8 @@
 #include <string>
 
 #include "fuzz/fuzz_support.hpp"
-#include "model_loader/byte_level.hpp"
-#include "model_loader/tokenizer.hpp"
+#include "model_loader/tokenizer/byte_level.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "fuzz/fuzz_support.hpp"
-#include "model_loader/tokenizer.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

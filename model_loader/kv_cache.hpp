@@ -3,7 +3,9 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -23,6 +25,13 @@ struct KvCache {
     values.clear();
     length = 0;
   }
+
+  // Makes room for `more` positions after `length` in each of `layers` layers of
+  // [kv_heads, capacity, head_dim] `options` tensors, keeping what is filled. A forward step
+  // reserves before it reads any weight, so it never reallocates mid-layer; the capacity at
+  // least doubles (16 at first), so a generation reallocates O(log length) times.
+  void reserve(std::int64_t more, std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
+               const at::TensorOptions& options);
 };
 
 }  // namespace hotswap::model_loader

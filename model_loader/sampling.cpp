@@ -24,33 +24,13 @@
 namespace hotswap::model_loader {
 
 void SamplingParams::validate() const {
-  // 1e999 reads as infinity from JSON: refused, as a value no distribution can be scaled by.
-  for (auto [name, value] : {std::pair{"temperature", temperature}, std::pair{"top_p", top_p},
-                             std::pair{"min_p", min_p}}) {
-    if (!std::isfinite(value)) {
-      throw protocol::ValueError(std::string(name) + " must be a finite number, got " +
-                                 std::to_string(value));
-    }
-  }
+  SamplingFields::validate();
   if (max_tokens < 1) {
-    throw protocol::ValueError("max_tokens must be at least 1, got " + std::to_string(max_tokens));
-  }
-  if (!(temperature >= 0.0)) {
-    throw protocol::ValueError("temperature must be non-negative, got " +
-                               std::to_string(temperature));
-  }
-  if (!(top_p > 0.0 && top_p <= 1.0)) {
-    throw protocol::ValueError("top_p must be in (0, 1], got " + std::to_string(top_p));
-  }
-  if (top_k < -1) {
-    throw protocol::ValueError("top_k must be 0 (disable), or at least 1, got " +
-                               std::to_string(top_k));
-  }
-  if (!(min_p >= 0.0 && min_p <= 1.0)) {
-    throw protocol::ValueError("min_p must be in [0, 1], got " + std::to_string(min_p));
+    throw protocol::ValueError("max_tokens must be at least 1, got " + std::to_string(max_tokens) +
+                               ".");
   }
   if (logprobs < 0) {
-    throw protocol::ValueError("logprobs must be non-negative, got " + std::to_string(logprobs));
+    throw protocol::ValueError("`logprobs` must be a positive value.");
   }
 }
 

@@ -9,15 +9,14 @@
 #include <optional>
 #include <vector>
 
+#include "protocol/method_params.hpp"
+
 namespace hotswap::model_loader {
 
-struct SamplingParams {
+// A request's sampling fields (protocol::SamplingFields: temperature, top_p, top_k, min_p,
+// seed), and what generation adds to them.
+struct SamplingParams : protocol::SamplingFields {
   std::int64_t max_tokens = 16;
-  double temperature = 1.0;  // 0 is greedy
-  double top_p = 1.0;        // nucleus: the smallest set of tokens holding this much probability
-  std::int64_t top_k = 0;    // the k likeliest tokens only; 0 (or vLLM's -1): all
-  double min_p = 0.0;        // tokens at least min_p times as likely as the likeliest only
-  std::optional<std::uint64_t> seed;
   std::vector<std::int64_t> stop_token_ids;
   // How many likeliest alternatives to report beside each sampled token's logprob (vLLM's
   // `logprobs`); 0: the sampled token's only.
@@ -26,7 +25,8 @@ struct SamplingParams {
   // logprobs); the first token has none.
   bool prompt_logprobs = false;
 
-  // ValueError naming the field on a value out of range (non-finite numbers included).
+  // ValueError naming the field on a value out of range (non-finite numbers included): the
+  // sampling fields' one validator, then max_tokens and logprobs.
   void validate() const;
 
   // vLLM's rules for values that pass validation but would sample badly in float32: a
@@ -36,9 +36,8 @@ struct SamplingParams {
   void apply_vllm_rules();
 };
 
-// vLLM's _SAMPLING_EPS and _MAX_TEMP (vllm/sampling_params.py).
-inline constexpr double kSamplingEpsilon = 1e-5;
-inline constexpr double kMinTemperature = 1e-2;
+using protocol::kMinTemperature;
+using protocol::kSamplingEpsilon;
 
 struct TokenLogprob {
   std::int64_t token = 0;

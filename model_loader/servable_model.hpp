@@ -22,6 +22,7 @@
 #include "model_loader/layerwise_reload.hpp"
 #include "model_loader/loadable_model.hpp"
 #include "model_loader/model_config.hpp"
+#include "protocol/timeouts.hpp"
 
 namespace hotswap::transport {
 class Communicator;
@@ -43,7 +44,7 @@ struct ModelOptions {
   // E % tp ranks one more) instead of a slice of every expert's width.
   bool enable_expert_parallel = false;
   // How long one of those all-reduces may wait for the other ranks.
-  std::chrono::milliseconds collective_timeout{std::chrono::seconds(120)};
+  std::chrono::milliseconds collective_timeout{protocol::kDefaultTimeout};
 };
 
 // One sequence's share of a forward step: `num_tokens` new tokens at positions

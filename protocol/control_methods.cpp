@@ -105,7 +105,19 @@ const std::vector<ControlMethod>& control_methods() {
       // vLLM's OpenAI-compatible server.
       {kCompletions, V::kPost, "/v1/completions", {}, true, true, true, "", completions, true},
       {kModels, V::kGet, "/v1/models", {}, false, false, false, "", any_object, true},
-      {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object},
+      {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object, false, true},
+      {kMetrics,
+       V::kGet,
+       "/metrics",
+       {},
+       false,
+       false,
+       false,
+       "",
+       any_object,
+       false,
+       true,
+       "text/plain; version=0.0.4"},
       {kShutdown, V::kNone, "", {}, false, true, false, "", any_object},
   };
   return table;
@@ -150,6 +162,9 @@ json control_methods_json() {
                    {"takes_json_body", m.takes_json_body},
                    {"long_running", m.long_running},
                    {"openai", m.openai},
+                   {"probe", m.probe},
+                   {"http_content_type",
+                    m.http_content_type.empty() ? json(nullptr) : json(m.http_content_type)},
                    {"metric_operation",
                     m.metric_operation.empty() ? json(nullptr) : json(m.metric_operation)}});
   }

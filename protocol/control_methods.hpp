@@ -35,6 +35,7 @@ inline constexpr std::string_view kDetokenize = "detokenize";
 inline constexpr std::string_view kCompletions = "completions";  // POST /v1/completions
 inline constexpr std::string_view kModels = "models";            // GET /v1/models
 inline constexpr std::string_view kHealth = "health";
+inline constexpr std::string_view kMetrics = "metrics";  // GET /metrics
 inline constexpr std::string_view kShutdown = "shutdown";
 }  // namespace methods
 
@@ -62,6 +63,12 @@ struct ControlMethod {
   // An OpenAI-compatible route: HTTP errors come in OpenAI's error object with vLLM's status
   // codes ({"error": {message, type, param, code}}), and completions may stream.
   bool openai = false;
+  // A probe (a health check, a metrics scrape): answered over HTTP without the API key, as vLLM
+  // exempts them, and by the HTTP server's own small pool, so a full pool never fails one.
+  bool probe = false;
+  // The HTTP body's media type where it is not JSON: the route answers the result's "text"
+  // (/metrics: Prometheus' text format), the ZeroMQ method the result itself.
+  std::string_view http_content_type = {};
 };
 
 // Every method, in the order docs/architecture.md lists them.

@@ -53,6 +53,24 @@ std::string_view error_type_name(ErrorKind kind) noexcept {
   return info(kind).type;
 }
 
+std::string_view error_type_name(const std::exception& e) noexcept {
+  const auto* typed = dynamic_cast<const Error*>(&e);
+  return error_type_name(typed ? typed->kind() : ErrorKind::kRuntimeError);
+}
+
+std::string_view openai_error_type(int http_status) noexcept {
+  switch (http_status) {
+    case 400:
+      return "BadRequestError";
+    case 404:
+      return "NotFoundError";
+    case 503:
+      return "ServiceUnavailableError";
+    default:
+      return "InternalServerError";
+  }
+}
+
 ErrorKind error_kind_from_reply(int code, std::string_view type) noexcept {
   for (const auto& k : kKinds) {
     if (k.type == type) return k.kind;

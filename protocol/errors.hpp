@@ -66,6 +66,12 @@ int http_status(const std::exception& e) noexcept;
 
 // The name carried in `error.data.type`: "ValueError", "RuntimeError", ...
 std::string_view error_type_name(ErrorKind kind) noexcept;
+// The same for any exception: "RuntimeError" for one of no known kind (as make_error reports it).
+std::string_view error_type_name(const std::exception& e) noexcept;
+
+// The `error.type` of vLLM's OpenAI-compatible routes for an HTTP status: "BadRequestError"
+// (400), "NotFoundError" (404), "ServiceUnavailableError" (503), else "InternalServerError".
+std::string_view openai_error_type(int http_status) noexcept;
 
 // The inverse, for clients: the kind a reply's (code, data.type) stands for. An unknown
 // type falls back on the code; an unknown code is a RuntimeError.

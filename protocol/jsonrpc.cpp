@@ -134,4 +134,23 @@ json result_of_response(const json& doc, std::string_view frame) {
   throw_error(error_kind_from_reply(code, type), message);
 }
 
+Answer answer_request(const RpcRequest& request, const std::function<nlohmann::json()>& call) {
+  try {
+    return {reply_frame(make_result(request.id, call()), request.id_text), std::nullopt};
+  } catch (const std::exception& e) {
+    return {reply_frame(make_error(request.id, e), request.id_text), std::string(e.what())};
+  }
+}
+
+Answer answer_frame(std::string_view frame, std::size_t max_bytes,
+                    const std::function<nlohmann::json(const RpcRequest&)>& call) {
+  RpcRequest request;
+  try {
+    request = parse_request(frame, max_bytes);
+  } catch (const RpcRequestError& e) {
+    return {reply_frame(make_error(e.id(), e), e.id_text()), std::string(e.what())};
+  }
+  return answer_request(request, [&] { return call(request); });
+}
+
 }  // namespace hotswap::protocol

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <exception>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -60,6 +62,20 @@ nlohmann::json make_error(const nlohmann::json& id, const std::exception& error)
 // The frame that carries `reply` (from make_result or make_error) back: its id written as
 // `id_text`, the request's own spelling of it.
 std::string reply_frame(const nlohmann::json& reply, std::string_view id_text);
+
+// The serving side of one request, the same for every JSON-RPC server of the worker (the
+// control socket, a tensor-parallel rank's channels): the reply frame to `request` is the
+// result of `call`, or the error it threw as make_error reports it. `error` says which, with
+// the message, for the server's log.
+struct Answer {
+  std::string frame;
+  std::optional<std::string> error;
+};
+Answer answer_request(const RpcRequest& request, const std::function<nlohmann::json()>& call);
+// The same from a request's frame: parse_request (within `max_bytes`), then answer_request; a
+// frame that is not a request is answered with the error parse_request gave.
+Answer answer_frame(std::string_view frame, std::size_t max_bytes,
+                    const std::function<nlohmann::json(const RpcRequest&)>& call);
 
 // For clients: the `result` of a reply frame, or the worker's error re-thrown as its typed
 // exception. A reply that is not a JSON-RPC 2.0 response is a TransferError.

@@ -99,7 +99,45 @@ std::string one_of(const std::string& value, const char* what,
   throw ValueError(std::string("Invalid ") + what + " '" + value + "': expected " + list);
 }
 
+// Reads the sampling fields present in `params` into `p` and validates them.
+void read_sampling_fields(const json& params, SamplingFields& p) {
+  p.temperature = number(params, "temperature", p.temperature);
+  p.top_p = number(params, "top_p", p.top_p);
+  p.top_k = integer(params, "top_k", p.top_k);
+  if (const json* seed = field(params, "seed")) {
+    auto s = as_int64(*seed);
+    if (!s) wrong("seed", "an integer", *seed);
+    p.seed = static_cast<std::uint64_t>(*s);
+  }
+  p.min_p = number(params, "min_p", p.min_p);
+  p.validate();
+  if (p.top_k == -1) p.top_k = 0;  // vLLM's other spelling of "all"
+}
+
 }  // namespace
+
+void SamplingFields::validate() const {
+  for (auto [name, value] : {std::pair{"temperature", temperature}, std::pair{"top_p", top_p},
+                             std::pair{"min_p", min_p}}) {
+    if (!std::isfinite(value)) {
+      throw ValueError(std::string(name) + " must be a finite number, got " +
+                       std::to_string(value) + ".");
+    }
+  }
+  if (!(temperature >= 0.0)) {
+    throw ValueError("temperature must be non-negative, got " + std::to_string(temperature) + ".");
+  }
+  if (!(top_p > 0.0 && top_p <= 1.0)) {
+    throw ValueError("top_p must be in (0, 1], got " + std::to_string(top_p) + ".");
+  }
+  if (top_k < -1) {
+    throw ValueError("top_k must be 0 (disable), or at least 1, got " + std::to_string(top_k) +
+                     ".");
+  }
+  if (!(min_p >= 0.0 && min_p <= 1.0)) {
+    throw ValueError("min_p must be in [0, 1], got " + std::to_string(min_p) + ".");
+  }
+}
 
 GenerateParams GenerateParams::from_json(const json& params) {
   GenerateParams p;
@@ -111,20 +149,7 @@ GenerateParams GenerateParams::from_json(const json& params) {
   if (p.max_tokens < 1) {
     throw ValueError("max_tokens must be at least 1, got " + std::to_string(p.max_tokens));
   }
-  p.temperature = number(params, "temperature", p.temperature);
-  if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature)) {
-    throw ValueError("temperature must be a non-negative finite number, got " +
-                     std::to_string(p.temperature));
-  }
-  p.top_p = number(params, "top_p", p.top_p);
-  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) {
-    throw ValueError("top_p must be in (0, 1], got " + std::to_string(p.top_p));
-  }
-  if (const json* seed = field(params, "seed")) {
-    auto s = as_int64(*seed);
-    if (!s) wrong("seed", "an integer", *seed);
-    p.seed = static_cast<std::uint64_t>(*s);
-  }
+  read_sampling_fields(params, p);
   p.stop_token_ids = token_list(params, "stop_token_ids");
   if (const json* logprobs = field(params, "logprobs")) {
     if (logprobs->is_boolean()) {
@@ -270,30 +295,7 @@ CompletionParams CompletionParams::from_json(const json& params) {
       throw ValueError("max_tokens must be at least 0, got " + std::to_string(*p.max_tokens) + ".");
     }
   }
-  p.temperature = number(params, "temperature", p.temperature);
-  if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature)) {
-    throw ValueError("temperature must be non-negative, got " + std::to_string(p.temperature) +
-                     ".");
-  }
-  p.top_p = number(params, "top_p", p.top_p);
-  if (!(p.top_p > 0.0 && p.top_p <= 1.0)) {
-    throw ValueError("top_p must be in (0, 1], got " + std::to_string(p.top_p) + ".");
-  }
-  p.top_k = integer(params, "top_k", p.top_k);
-  if (p.top_k < -1) {
-    throw ValueError("top_k must be 0 (disable), or at least 1, got " + std::to_string(p.top_k) +
-                     ".");
-  }
-  if (p.top_k == -1) p.top_k = 0;
-  p.min_p = number(params, "min_p", p.min_p);
-  if (!(p.min_p >= 0.0 && p.min_p <= 1.0)) {
-    throw ValueError("min_p must be in [0, 1], got " + std::to_string(p.min_p) + ".");
-  }
-  if (const json* seed = field(params, "seed")) {
-    auto s = as_int64(*seed);
-    if (!s) wrong("seed", "an integer", *seed);
-    p.seed = static_cast<std::uint64_t>(*s);
-  }
+  read_sampling_fields(params, p);
   p.n = integer(params, "n", p.n);
   if (p.n < 1) throw ValueError("n must be at least 1, got " + std::to_string(p.n) + ".");
   if (p.n > kMaxN) {
@@ -301,7 +303,7 @@ CompletionParams CompletionParams::from_json(const json& params) {
                      ".");
   }
   // Greedy samples would all be the same sequence.
-  if (p.n > 1 && p.temperature < 1e-5) {
+  if (p.n > 1 && p.temperature < kSamplingEpsilon) {
     throw ValueError("n must be 1 when using greedy sampling, got " + std::to_string(p.n) + ".");
   }
   if (const json* stop = field(params, "stop")) {

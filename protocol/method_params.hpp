@@ -16,13 +16,31 @@
 
 namespace hotswap::protocol {
 
-// `generate {prompt_token_ids, max_tokens, temperature, top_p, seed, stop_token_ids, logprobs}`.
-struct GenerateParams {
+// vLLM's _SAMPLING_EPS and _MAX_TEMP (vllm/sampling_params.py): a temperature under the first
+// is greedy, one under the second is raised to it.
+inline constexpr double kSamplingEpsilon = 1e-5;
+inline constexpr double kMinTemperature = 1e-2;
+
+// The sampling fields every generating request shares, named and bounded as vLLM's
+// SamplingParams has them: read from the params by the request's from_json, checked by the one
+// validator below, and handed to model_loader's SamplingParams (which derives from them) as is.
+struct SamplingFields {
+  double temperature = 1.0;  // >= 0, finite; 0 is greedy
+  double top_p = 1.0;        // in (0, 1]: the smallest set of tokens holding this probability
+  std::int64_t top_k = 0;    // the k likeliest tokens only; 0 (or vLLM's -1): all
+  double min_p = 0.0;        // in [0, 1]: tokens at least min_p times as likely as the likeliest
+  std::optional<std::uint64_t> seed;
+
+  // ValueError naming the field, in vLLM's words, for a value out of range (non-finite numbers
+  // included: 1e999 reads as infinity from JSON).
+  void validate() const;
+};
+
+// `generate {prompt_token_ids, max_tokens, temperature, top_p, top_k, min_p, seed,
+// stop_token_ids, logprobs}`.
+struct GenerateParams : SamplingFields {
   std::vector<std::int64_t> prompt_token_ids;  // non-empty, each >= 0
   std::int64_t max_tokens = 16;                // >= 1 (vLLM's default for completions)
-  double temperature = 1.0;                    // >= 0, finite; 0 is greedy
-  double top_p = 1.0;                          // in (0, 1]
-  std::optional<std::uint64_t> seed;
   std::vector<std::int64_t> stop_token_ids;
   bool logprobs = false;  // vLLM's count of alternatives; hotswap returns the sampled token's
   // hotswap's extensions: the id `abort_requests` names it by (one is made up when absent), and
@@ -61,7 +79,7 @@ struct CompletionPrompt {
 // effect hotswap does not implement are refused by name when set to anything but their default;
 // fields neither knows are accepted and listed in `ignored_fields`, as vLLM accepts and logs
 // them.
-struct CompletionParams {
+struct CompletionParams : SamplingFields {
   static constexpr std::int64_t kMaxLogprobs = 20;  // vLLM's default --max-logprobs
   static constexpr std::int64_t kMaxN = 16384;      // vLLM's VLLM_MAX_N_SEQUENCES
 
@@ -69,11 +87,6 @@ struct CompletionParams {
   std::vector<CompletionPrompt> prompts;  // a string, ids, or a batch of either
   // null: whatever the context leaves; 0 with echo: the prompt back, nothing generated.
   std::optional<std::int64_t> max_tokens = 16;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  std::int64_t top_k = 0;
-  double min_p = 0.0;
-  std::optional<std::uint64_t> seed;
   std::int64_t n = 1;
   std::vector<std::string> stop;
   std::vector<std::int64_t> stop_token_ids;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "model_loader/loadable_model.hpp"
+#include "protocol/timeouts.hpp"
 #include "protocol/weight_transfer_config.hpp"
 
 namespace hotswap::receiver {
@@ -36,7 +37,7 @@ struct EngineContext {
   c10::Device device = c10::Device(c10::kCPU);
   std::shared_ptr<model_loader::LoadableModel> model;
   // The bound of every blocking wait in the engine (the worker's --timeout).
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};
 };
 
 }  // namespace hotswap::receiver

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "protocol/backend_names.hpp"
 #include "protocol/errors.hpp"
 #include "receiver/sparse_broadcast_engine.hpp"
 #include "transport/device.hpp"
@@ -13,12 +14,12 @@ namespace hotswap::receiver {
 namespace {
 
 // Where an NCCL backend can run at all; otherwise what to change, said at start.
-void require_gpu(const EngineContext& context, const char* backend) {
+void require_gpu(const EngineContext& context, std::string_view backend) {
   if (!transport::built_with_cuda()) {
-    transport::throw_needs_gpu_build(std::string("the ") + backend + " backend needs");
+    transport::throw_needs_gpu_build("the " + std::string(backend) + " backend needs");
   }
   if (!context.device.is_cuda()) {
-    throw protocol::ValueError(std::string("the ") + backend +
+    throw protocol::ValueError("the " + std::string(backend) +
                                " backend moves weights between GPUs, but this worker runs on " +
                                context.device.str() + "; start it with --device cuda:N");
   }
@@ -43,13 +44,13 @@ BroadcastWeightTransferEngine::CommunicatorFactory nccl_communicator_factory(c10
 }
 
 std::unique_ptr<WeightTransferEngine> make_nccl_engine(const EngineContext& context) {
-  require_gpu(context, "nccl");
+  require_gpu(context, protocol::backends::kNccl);
   return std::make_unique<BroadcastWeightTransferEngine>(context, "NCCLWeightTransferEngine",
                                                          nccl_communicator_factory(context.device));
 }
 
 std::unique_ptr<WeightTransferEngine> make_sparse_nccl_engine(const EngineContext& context) {
-  require_gpu(context, "sparse_nccl");
+  require_gpu(context, protocol::backends::kSparseNccl);
   return std::make_unique<SparseBroadcastWeightTransferEngine>(
       context, "SparseNCCLWeightTransferEngine", nccl_communicator_factory(context.device));
 }

@@ -1,5 +1,6 @@
 #include "receiver/weight_transfer_engine_factory.hpp"
 
+#include "protocol/backend_names.hpp"
 #include "protocol/plugin_registry.hpp"
 #include "receiver/broadcast_engine.hpp"
 #include "receiver/disk_engine.hpp"
@@ -11,6 +12,7 @@
 namespace hotswap::receiver {
 namespace {
 
+namespace backends = protocol::backends;
 using Registry = protocol::PluginRegistry<WeightTransferEngineFactory::CreatorSignature>;
 
 // The built-in engines are registered when the registry is first used, as vLLM registers its
@@ -18,16 +20,16 @@ using Registry = protocol::PluginRegistry<WeightTransferEngineFactory::CreatorSi
 Registry& registry() {
   static Registry instance("Weight transfer engine", "engines");
   static const bool builtins_registered = [] {
-    instance.register_engine("disk", [](const EngineContext& context) {
+    instance.register_engine(std::string(backends::kDisk), [](const EngineContext& context) {
       return std::unique_ptr<WeightTransferEngine>(
           std::make_unique<DiskWeightTransferEngine>(context));
     });
-    instance.register_engine("gloo", make_gloo_engine);
-    instance.register_engine("ipc", make_ipc_engine);
-    instance.register_engine("nccl", make_nccl_engine);
-    instance.register_engine("sparse_nccl", make_sparse_nccl_engine);
-    instance.register_engine("sparse_gloo", make_sparse_gloo_engine);
-    instance.register_engine("shm", [](const EngineContext& context) {
+    instance.register_engine(std::string(backends::kGloo), make_gloo_engine);
+    instance.register_engine(std::string(backends::kIpc), make_ipc_engine);
+    instance.register_engine(std::string(backends::kNccl), make_nccl_engine);
+    instance.register_engine(std::string(backends::kSparseNccl), make_sparse_nccl_engine);
+    instance.register_engine(std::string(backends::kSparseGloo), make_sparse_gloo_engine);
+    instance.register_engine(std::string(backends::kShm), [](const EngineContext& context) {
       return std::unique_ptr<WeightTransferEngine>(
           std::make_unique<ShmWeightTransferEngine>(context));
     });

@@ -20,6 +20,16 @@ forbid model_loader 'receiver/|worker/|trainer_sdk/' "model_loader/ depends on p
 forbid receiver 'worker/|trainer_sdk/' "the worker side never depends on trainer_sdk"
 forbid worker 'trainer_sdk/' "the worker never depends on trainer_sdk"
 forbid trainer_sdk 'receiver/|worker/' "trainer_sdk meets the worker only in protocol/ and on the wire"
+# Inside worker/, three rooms with one-way arrows: serving/ (completions, scheduler, metrics)
+# knows only model_loader and the log line; the service, its sessions and parallel/ know
+# serving/; frontends/ (ZeroMQ and HTTP) sit on top, and nothing below includes them.
+hits=$(grep -rnE '#include "worker/' "$root/worker/serving" --include='*.hpp' --include='*.cpp' | grep -vE '#include "worker/(serving/|log_line\.hpp)')
+if [ -n "$hits" ]; then echo "layering: worker/serving/ may include only serving/ and log_line.hpp of the worker:"; echo "$hits"; status=1; fi
+hits=$(grep -rnE '#include "worker/frontends/' "$root/worker" --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*/worker/(frontends/|worker_main\.cpp:)')
+if [ -n "$hits" ]; then echo "layering: only worker/frontends/ and worker_main.cpp include the front ends:"; echo "$hits"; status=1; fi
+# The tokenizer reads tokenizer.json and text: no libtorch, no model code.
+hits=$(grep -rnE '#include [<"](torch/|ATen/|c10/|model_loader/(servable|architectures/|layerwise|parameter_store))' "$root/model_loader/tokenizer" 2>/dev/null)
+if [ -n "$hits" ]; then echo "layering: model_loader/tokenizer/ stays free of libtorch and model code:"; echo "$hits"; status=1; fi
 # trainer_sdk may use model_loader's safetensors writer (the disk backend writes checkpoints),
 # nothing else of it: no model code on the trainer side.
 hits=$(grep -rnE '#include "model_loader/' "$root/trainer_sdk" | grep -vE 'model_loader/(safetensors_writer|safetensors_file|mapped_file|checkpoint)\.hpp')
@@ -32,8 +42,8 @@ hits=$(grep -rnE '#include "model_loader/architectures/' "$root/model_loader" "$
 if [ -n "$hits" ]; then echo "layering: only model_loader/architecture_registry.cpp may include an architecture (everything else uses ServableModel):"; echo "$hits"; status=1; fi
 for file in "$root"/model_loader/architectures/*_model.hpp; do
   [ -e "$file" ] || continue
-  if ! grep -q '#include "model_loader/servable_model.hpp"' "$file"; then
-    echo "layering: $file must implement model_loader/servable_model.hpp"; status=1
+  if ! grep -q '#include "model_loader/servable_runtime.hpp"' "$file"; then
+    echo "layering: $file must build on model_loader/servable_runtime.hpp"; status=1
   fi
 done
 # Reading config.json and laying out a checkpoint need no model code: the registry, the config,

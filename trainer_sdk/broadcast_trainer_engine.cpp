@@ -8,7 +8,6 @@
 #include "protocol/chunk_plan.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/rank_holdings.hpp"
-#include "trainer_sdk/round_hook.hpp"
 #include "transport/byte_copy.hpp"
 #include "transport/exception_text.hpp"
 #include "transport/gloo_communicator.hpp"
@@ -186,9 +185,10 @@ std::vector<BroadcastTrainerEngine::BroadcastCall> BroadcastTrainerEngine::calls
 }
 
 void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>& meta) {
-  client().start_weight_update();
-  reach(RoundPoint::kStarted);
-  reached_mid_update_ = false;
+  run_round(round_version(), [&] { send_calls(meta); });
+}
+
+void BroadcastTrainerEngine::send_calls(const std::vector<protocol::ParamMeta>& meta) {
   // The other trainer ranks wait for this before their first collective, so that a slow start
   // (generation draining) does not count against their broadcast timeout.
   if (many_senders()) communicator_->store()->set(round_key("started"), "1");
@@ -239,8 +239,6 @@ void BroadcastTrainerEngine::drive_round(const std::vector<protocol::ParamMeta>&
     }
     throw;
   }
-  reach(RoundPoint::kBeforeFinish);
-  client().finish_weight_update(round_version());
 }
 
 std::string BroadcastTrainerEngine::round_key(const std::string& what) const {
@@ -464,16 +462,11 @@ void BroadcastTrainerEngine::transmit(CheckedStream& stream,
   // into scratch and drops them.
   const int root = static_cast<int>(call.src);
   const bool mine = root == *group_rank_;
-  auto reached_first_broadcast = [this] {
-    if (reached_mid_update_ || !is_sender()) return;
-    reached_mid_update_ = true;
-    reach(RoundPoint::kMidUpdate);
-  };
   if (!info_.packed) {
     for (auto i : call.indices) {
       at::Tensor t = mine ? stream.take(i) : scratch(meta[i]);
       communicator_->broadcast(t, root, info_.timeout);
-      reached_first_broadcast();
+      reach_mid_update();
     }
     return;
   }
@@ -517,7 +510,7 @@ void BroadcastTrainerEngine::transmit(CheckedStream& stream,
       }
     }
     communicator_->broadcast(send, root, info_.timeout);
-    reached_first_broadcast();
+    reach_mid_update();
     if (c + 1 < plan.size()) {
       if (overlap) {
         packing.get();  // rethrows the source's error, before chunk c+1 goes out

@@ -46,6 +46,7 @@
 #include "protocol/chunk_plan.hpp"
 #include "trainer_sdk/checked_stream.hpp"
 #include "trainer_sdk/gloo_trainer_init_info.hpp"
+#include "trainer_sdk/nccl_trainer_init_info.hpp"
 #include "trainer_sdk/sender_group.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/communicator.hpp"
@@ -91,8 +92,11 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
                         const std::optional<protocol::BroadcasterPlan>& plan);
   // This round's update_weights calls, in ascending src.
   std::vector<BroadcastCall> calls_for(const std::vector<protocol::ParamMeta>& meta) const;
-  // Rank 0's round: start, each call's update_weights alongside its transmit, finish.
+  // Rank 0's round: the base's, around send_calls.
   void drive_round(const std::vector<protocol::ParamMeta>& meta);
+  // Rank 0's transfer: each call's update_weights alongside its transmit, then the checks that
+  // must pass before the workers commit.
+  void send_calls(const std::vector<protocol::ParamMeta>& meta);
   void send_as_rank_zero(const std::vector<protocol::ParamMeta>& meta);
   void send_as_other_rank();
   // Where this rank receives a parameter another rank sends (reused, grown as needed).
@@ -124,7 +128,6 @@ class BroadcastTrainerEngine : public TrainerWeightTransferEngine {
   // parameters, and rounds so far (the store keys of a round carry its number).
   std::vector<protocol::ParamMeta> layout_;
   std::vector<std::int64_t> senders_;
-  bool reached_mid_update_ = false;  // this round's first broadcast went out (fault injection)
   std::uint64_t round_ = 0;
   std::optional<RankShare> share_;        // many senders: what this rank's pass visits and sends
   at::Tensor scratch_;                    // where a rank receives what others send

@@ -47,15 +47,14 @@ void DiskTrainerEngine::send_weights() {
       info_.directory / ("round-" + std::to_string(::getpid()) + "-" + std::to_string(++round_));
   std::filesystem::create_directories(dir);
   model_loader::save_safetensors((dir / "model.safetensors").string(), tensors);
-  client().start_weight_update();
-  reach(RoundPoint::kStarted);
-  auto shared_client = client_shared();
   const nlohmann::json update_info = {{"path", dir.string()}};
-  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
-  reach(RoundPoint::kMidUpdate);
-  update.wait(info_.timeout, "update_weights");
-  reach(RoundPoint::kBeforeFinish);
-  client().finish_weight_update(round_version());
+  run_round(round_version(), [&] {
+    auto shared_client = client_shared();
+    AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+    // Every byte is on disk already: the workers read it inside this call.
+    reach_mid_update();
+    update.wait(info_.timeout, "update_weights");
+  });
   if (!previous_.empty()) std::filesystem::remove_all(previous_);
   previous_ = dir;
 }

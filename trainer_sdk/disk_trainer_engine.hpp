@@ -9,17 +9,19 @@
 
 #include <chrono>
 
+#include "protocol/backend_names.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
 
 struct DiskTrainerInitInfo : TrainerInitInfoFor<DiskTrainerInitInfo> {
-  static constexpr std::string_view backend = "disk";
+  static constexpr std::string_view backend = protocol::backends::kDisk;
   DiskTrainerInitInfo(std::filesystem::path directory, int rank)
       : TrainerInitInfoFor(rank), directory(std::move(directory)) {}
   std::filesystem::path directory;  // shared with the workers; absolute
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // for each control call
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};  // for each control call
 };
 
 class DiskTrainerEngine : public TrainerWeightTransferEngine {

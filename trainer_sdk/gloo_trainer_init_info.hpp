@@ -1,63 +1,22 @@
-// The trainer-side init infos of the broadcast backends, with the fields and trainer-side
-// defaults of vLLM's NCCLTrainerInitInfo (packed, 1 GiB buffers, 2 in flight). The sender ships
-// the wire params to the workers at the handshake, with rank_offset the number of broadcasting
-// trainer ranks (1 but for expert and pipeline parallelism).
-//
-//   GlooTrainerInitInfo   `gloo`: the nccl protocol over gloo, on the CPU
-//   NcclTrainerInitInfo   `nccl`: vLLM's own, from a GPU of this trainer
+// GlooTrainerInitInfo: the `gloo` backend's trainer side, vLLM's nccl protocol over gloo, on the
+// CPU (BroadcastTransferParams says what it shares with `nccl`).
 #pragma once
 
-#include <chrono>
-#include <cstdint>
 #include <string>
+#include <utility>
 
-#include "protocol/nccl_info.hpp"
+#include "protocol/backend_names.hpp"
+#include "trainer_sdk/broadcast_transfer_params.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 
 namespace hotswap::trainer_sdk {
 
-// What the dense broadcast backends share.
-struct BroadcastTransferParams {
-  std::string master_address;
-  int master_port = 0;
-  // The group: its broadcasting trainer ranks (rank 0 and each first owner; every trainer rank
-  // for held_names() sources) + every inference worker (their get_world_size, summed).
-  int world_size = 0;
-  bool packed = true;
-  std::int64_t packed_buffer_size_bytes = protocol::kDefaultPackedBufferSizeBytes;
-  std::int64_t packed_num_buffers = protocol::kDefaultPackedNumBuffers;
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait of the engine
-  // How many trainer ranks call trainer_init and send_weights. With owners in the metadata
-  // (vLLM 0.34), those ranks broadcast that are a parameter's first owner. Without, 1 is vLLM's
-  // layout (rank 0 sends everything, the others only iterate), and more has ranks 0 ..
-  // trainer_ranks-1 all join, each parameter sent by the lowest rank whose held_names() hold it
-  // (trainer_sdk/rank_holdings.hpp). Rank 0 drives the control calls, one update_weights per
-  // broadcaster with its `src`.
-  int trainer_ranks = 1;
-
-  // What the sender ships as the workers' init_info: `broadcasters` is its rank_offset.
-  protocol::NcclInitInfo worker_init_info(int broadcasters) const;
-};
-
 struct GlooTrainerInitInfo : TrainerInitInfoFor<GlooTrainerInitInfo>, BroadcastTransferParams {
-  static constexpr std::string_view backend = "gloo";
+  static constexpr std::string_view backend = protocol::backends::kGloo;
 
   GlooTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
       : TrainerInitInfoFor(rank),
         BroadcastTransferParams{std::move(master_address), master_port, world_size} {}
-};
-
-struct NcclTrainerInitInfo : TrainerInitInfoFor<NcclTrainerInitInfo>, BroadcastTransferParams {
-  static constexpr std::string_view backend = "nccl";
-
-  NcclTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
-      : TrainerInitInfoFor(rank),
-        BroadcastTransferParams{std::move(master_address), master_port, world_size} {}
-
-  int device = 0;  // the CUDA device this trainer sends from
-  // Mint the id and ship it as `nccl_unique_id_b64` instead of hosting a TCPStore (vLLM's
-  // rendezvous for torch-free peers; master_address and master_port are then unused).
-  bool use_unique_id = false;
 };
 
 }  // namespace hotswap::trainer_sdk

@@ -3,7 +3,9 @@
 #include "protocol/chunk_plan.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/ipc_info.hpp"
+#include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "trainer_sdk/round_hook.hpp"
 #include "transport/cuda_ipc.hpp"
 #include "transport/device.hpp"
 
@@ -41,7 +43,10 @@ std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
     engine->buffer_ = std::make_unique<Buffer>(
         static_cast<std::size_t>(info.packed_buffer_size_bytes), info.device);
   }
-  client->init_weight_transfer_engine(protocol::IpcInitInfo{info.packed}.to_json());
+  const nlohmann::json payload = protocol::IpcInitInfo{info.packed}.to_json();
+  AsyncCall handshake([client, payload] { client->init_weight_transfer_engine(payload); });
+  reach(RoundPoint::kInit);
+  handshake.wait(info.timeout, "init_weight_transfer_engine");
   return engine;
 }
 
@@ -78,9 +83,8 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
   // Every write to the tensors has landed, on whichever stream made it, before the worker (in
   // another process, unordered with this one's streams) reads them.
   transport::synchronize_device(device);
-  client().start_weight_update();
-  client().update_weights(update.to_json());
-  client().finish_weight_update(round_version());
+  const nlohmann::json update_info = update.to_json();
+  run_round(round_version(), [&] { update_in_place(update_info); });
 }
 
 void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta) {
@@ -91,26 +95,34 @@ void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta)
   const auto plan =
       protocol::plan_ipc_chunks(meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
   CheckedStream stream(source()->iter(), meta, device);
-  client().start_weight_update();
-  for (const auto& chunk : plan) {
-    protocol::IpcUpdateInfo update;
-    update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
-    for (const auto& slice : chunk.slices) {
-      at::Tensor t = stream.next();
-      // On the stream the caller's tensors were written on, so that each is read whole.
-      transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(), slice.size,
-                                   info_.device);
-      update.params.push_back(meta[slice.param_index]);
-      update.tensor_sizes.push_back(slice.size);
+  run_round(round_version(), [&] {
+    for (const auto& chunk : plan) {
+      protocol::IpcUpdateInfo update;
+      update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
+      for (const auto& slice : chunk.slices) {
+        at::Tensor t = stream.next();
+        // On the stream the caller's tensors were written on, so that each is read whole.
+        transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(),
+                                     slice.size, info_.device);
+        update.params.push_back(meta[slice.param_index]);
+        update.tensor_sizes.push_back(slice.size);
+      }
+      // A device-to-device copy does not make the host wait: the chunk must be whole before its
+      // handle goes out, or the worker, in another process, reads it half-written.
+      transport::wait_for_current_stream(info_.device);
+      // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
+      update_in_place(update.to_json());
     }
-    // A device-to-device copy does not make the host wait: the chunk must be whole before its
-    // handle goes out, or the worker, in another process, reads it half-written.
-    transport::wait_for_current_stream(info_.device);
-    // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
-    client().update_weights(update.to_json());
-  }
-  stream.finish();
-  client().finish_weight_update(round_version());
+    stream.finish();
+  });
+}
+
+void IpcTrainerEngine::update_in_place(const nlohmann::json& update_info) {
+  auto shared_client = client_shared();
+  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+  // Nothing is sent over a network: the bytes are in place, and the worker reads them now.
+  reach_mid_update();
+  update.wait(info_.timeout, "update_weights");
 }
 
 void IpcTrainerEngine::shutdown() {

@@ -8,22 +8,30 @@
 //   vLLM's IPC rule (flush before overflowing; a tensor larger than the buffer is a ValueError
 //   before any RPC), one update_weights call per chunk, each returning once the worker has
 //   copied the chunk out, so the buffer can be refilled.
+//
+// init and each update_weights run on a side thread, bounded by `timeout`, as on the other
+// backends: the trainer waits for the worker's read without being held past its timeout, and
+// the fault-injection points (round_hook.hpp) fall inside those calls.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
+#include "protocol/backend_names.hpp"
 #include "protocol/nccl_info.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
 
 struct IpcTrainerInitInfo : TrainerInitInfoFor<IpcTrainerInitInfo> {
-  static constexpr std::string_view backend = "ipc";
+  static constexpr std::string_view backend = protocol::backends::kIpc;
   explicit IpcTrainerInitInfo(int rank) : TrainerInitInfoFor(rank) {}
   bool packed = false;
   std::int64_t packed_buffer_size_bytes = protocol::kDefaultPackedBufferSizeBytes;
   int device = 0;  // the CUDA device the trainer and the worker share
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};  // for each control call
 };
 
 class IpcTrainerEngine final : public TrainerWeightTransferEngine {
@@ -42,6 +50,8 @@ class IpcTrainerEngine final : public TrainerWeightTransferEngine {
  private:
   void send_unpacked(const std::vector<protocol::ParamMeta>& meta);
   void send_packed(const std::vector<protocol::ParamMeta>& meta);
+  // One update_weights call over bytes already in place, which the worker reads inside it.
+  void update_in_place(const nlohmann::json& update_info);
 
   IpcTrainerInitInfo info_;
   struct Buffer;  // the packed buffer

@@ -1,6 +1,6 @@
 // RankHoldings: what one trainer rank declares at init when every rank sends the parameters it
 // holds (expert or pipeline parallelism): its metadata() and its held_names(). Rank 0 gathers
-// every rank's, checks them against the seeds' ownership contract and decides who sends what:
+// every rank's, checks them against the ownership contract and decides who sends what:
 //
 //  - metadata() must describe the WHOLE model on every rank: the wire lists, the chunk plan and
 //    every rank's iteration checks are built from it, so a rank that reported only its share

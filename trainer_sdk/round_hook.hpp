@@ -1,7 +1,9 @@
 // Points of a trainer's round where a test can stop it on purpose. c10d's lesson: inject faults
-// through hooks the code passes anyway, not through sleeps that race. The sender of every
-// engine but ipc (gloo, sparse_gloo, shm, disk, nccl, sparse_nccl) reaches these, in this order,
-// each once per round (kInit once, inside trainer_init):
+// through hooks the code passes anyway, not through sleeps that race. The sender of every built-in
+// engine reaches these, in this order, each once per round (kInit once, inside trainer_init).
+// kStarted and kBeforeFinish are the base engine's (TrainerWeightTransferEngine::run_round), so
+// no engine can miss them; kMidUpdate is reached where an engine's transfer says its bytes
+// began to move, and kInit where its trainer_init waits for the handshake.
 //
 //   kInit         the workers have been asked to init_weight_transfer_engine, the handshake is
 //                 not complete (its reply, or the data plane's rendezvous, is still ahead)

@@ -77,21 +77,19 @@ void ShmTrainerEngine::send_weights() {
   const std::uint64_t first_sequence = next_sequence_;
   next_sequence_ += plan.size();
 
-  client().start_weight_update();
-  reach(RoundPoint::kStarted);
-  auto shared_client = client_shared();
-  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
-  update.rethrow_if_failed();
-  try {
-    send_round(meta, round, plan, first_sequence, window, update);
-  } catch (...) {
-    // The workers are waiting for chunks that will not come: tell them, so that their
-    // update_weights fails now rather than at their timeout, and the next round can start.
-    ring_->abandon_below(next_sequence_);
-    throw;
-  }
-  reach(RoundPoint::kBeforeFinish);
-  client().finish_weight_update(round_version());
+  run_round(round_version(), [&] {
+    auto shared_client = client_shared();
+    AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+    update.rethrow_if_failed();
+    try {
+      send_round(meta, round, plan, first_sequence, window, update);
+    } catch (...) {
+      // The workers are waiting for chunks that will not come: tell them, so that their
+      // update_weights fails now rather than at their timeout, and the next round can start.
+      ring_->abandon_below(next_sequence_);
+      throw;
+    }
+  });
 }
 
 void ShmTrainerEngine::send_round(const std::vector<protocol::ParamMeta>& meta,
@@ -127,11 +125,11 @@ void ShmTrainerEngine::send_round(const std::vector<protocol::ParamMeta>& meta,
                      slice.size, window, info_.timeout, [&] { update.rethrow_if_failed(); });
     }
     ring_->publish(sequence);
-    if (c == 0) reach(RoundPoint::kMidUpdate);
+    reach_mid_update();
     // A worker that failed stops reading: surface its reason rather than wait for a timeout.
     update.rethrow_if_failed();
   }
-  if (plan.empty()) reach(RoundPoint::kMidUpdate);  // every tensor read in place
+  if (plan.empty()) reach_mid_update();  // every tensor read in place
   while (stream.position() < meta.size())
     take();  // the arena tensors after the last buffered one
   stream.finish();

@@ -19,8 +19,10 @@
 #include <chrono>
 #include <memory>
 
+#include "protocol/backend_names.hpp"
 #include "protocol/chunk_plan.hpp"
 #include "protocol/shm_info.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
@@ -31,7 +33,7 @@ namespace hotswap::trainer_sdk {
 class AsyncCall;
 
 struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
-  static constexpr std::string_view backend = "shm";
+  static constexpr std::string_view backend = protocol::backends::kShm;
   ShmTrainerInitInfo(int num_workers, int rank)
       : TrainerInitInfoFor(rank), num_workers(num_workers) {}
   int num_workers;                                     // how many workers read each chunk
@@ -39,7 +41,7 @@ struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
   int num_buffers = 2;                                 // filled while workers read another
   std::shared_ptr<SharedWeightArena> arena;            // tensors read in place, if any
   bool stream_window = false;  // through the cache-sized window where every worker can
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};
 };
 
 class ShmTrainerEngine : public TrainerWeightTransferEngine {

@@ -6,7 +6,6 @@
 #include "protocol/param_meta.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
-#include "trainer_sdk/round_hook.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -108,27 +107,25 @@ void SparseTrainerEngine::send_weights(const std::vector<SparsePatch>& patches,
   protocol::write_param_lists(meta, update_info);
   update_info["num_updates_list"] = counts;
 
-  client().start_weight_update();
-  reach(RoundPoint::kStarted);
-  auto shared_client = client_shared();
-  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
-  update.rethrow_if_failed();
-  try {
-    for (const auto& p : patches) {
-      at::Tensor indices = p.indices.to(group_.tensor_device()).contiguous();
-      at::Tensor values = p.values.to(group_.tensor_device()).contiguous();
-      communicator_->broadcast(indices, 0, info_.timeout);
-      communicator_->broadcast(values, 0, info_.timeout);
-      if (&p == &patches.front()) reach(RoundPoint::kMidUpdate);
+  run_round(weight_version, [&] {
+    auto shared_client = client_shared();
+    AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+    update.rethrow_if_failed();
+    try {
+      for (const auto& p : patches) {
+        at::Tensor indices = p.indices.to(group_.tensor_device()).contiguous();
+        at::Tensor values = p.values.to(group_.tensor_device()).contiguous();
+        communicator_->broadcast(indices, 0, info_.timeout);
+        communicator_->broadcast(values, 0, info_.timeout);
+        reach_mid_update();
+      }
+    } catch (...) {
+      communicator_->abort();  // never wait for the update call on the error path
+      communicator_.reset();
+      throw;
     }
-  } catch (...) {
-    communicator_->abort();  // never wait for the update call on the error path
-    communicator_.reset();
-    throw;
-  }
-  update.wait(info_.timeout, "update_weights");
-  reach(RoundPoint::kBeforeFinish);
-  client().finish_weight_update(weight_version);
+    update.wait(info_.timeout, "update_weights");
+  });
 }
 
 void SparseTrainerEngine::shutdown() {

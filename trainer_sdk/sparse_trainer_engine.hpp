@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "protocol/backend_names.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/sender_group.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
@@ -32,12 +34,12 @@ struct SparseTransferParams {
   std::string master_address;
   int master_port = 0;
   int world_size = 0;
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};
 };
 
 struct SparseGlooTrainerInitInfo : TrainerInitInfoFor<SparseGlooTrainerInitInfo>,
                                    SparseTransferParams {
-  static constexpr std::string_view backend = "sparse_gloo";
+  static constexpr std::string_view backend = protocol::backends::kSparseGloo;
   SparseGlooTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
       : TrainerInitInfoFor(rank),
         SparseTransferParams{std::move(master_address), master_port, world_size} {}
@@ -45,7 +47,7 @@ struct SparseGlooTrainerInitInfo : TrainerInitInfoFor<SparseGlooTrainerInitInfo>
 
 struct SparseNcclTrainerInitInfo : TrainerInitInfoFor<SparseNcclTrainerInitInfo>,
                                    SparseTransferParams {
-  static constexpr std::string_view backend = "sparse_nccl";
+  static constexpr std::string_view backend = protocol::backends::kSparseNccl;
   SparseNcclTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
       : TrainerInitInfoFor(rank),
         SparseTransferParams{std::move(master_address), master_port, world_size} {}

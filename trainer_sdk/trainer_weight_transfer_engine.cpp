@@ -1,6 +1,7 @@
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 #include "protocol/errors.hpp"
+#include "trainer_sdk/round_hook.hpp"
 #include "transport/tensor_digest.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -40,6 +41,28 @@ void TrainerWeightTransferEngine::push(const SendOptions& options) {
   if (options.verify && sends_weights() && source() != nullptr) {
     verify_against_source(client(), *source());
   }
+}
+
+void TrainerWeightTransferEngine::run_round(const std::optional<std::string>& version,
+                                            const Transfer& transfer) {
+  client().start_weight_update();
+  reach(RoundPoint::kStarted);
+  mid_update_due_ = true;
+  try {
+    transfer();
+  } catch (...) {
+    mid_update_due_ = false;
+    throw;
+  }
+  mid_update_due_ = false;
+  reach(RoundPoint::kBeforeFinish);
+  client().finish_weight_update(version);
+}
+
+void TrainerWeightTransferEngine::reach_mid_update() {
+  if (!mid_update_due_) return;
+  mid_update_due_ = false;
+  reach(RoundPoint::kMidUpdate);
 }
 
 void verify_against_source(WeightSyncClient& client, WeightSource& source) {

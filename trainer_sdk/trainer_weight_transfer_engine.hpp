@@ -9,8 +9,14 @@
 // send method. Two rules bind every engine: drain before returning (send_weights never returns
 // with bytes in flight), and never join a control call on the error path (if the transmit
 // fails while the worker is blocked in the matching receive, raise without waiting for it).
+//
+// The sender's round is the base's (run_round): start, the engine's transfer, finish, with the
+// fault-injection points of round_hook.hpp between them, so that every engine passes them alike.
+// An engine's send_weights does only what is its own: the reading every rank does, the checks
+// that must fail before any RPC, and the transfer it hands to run_round.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,11 +68,25 @@ class TrainerWeightTransferEngine {
   // The version this round commits (set by push()).
   const std::optional<std::string>& round_version() const { return round_version_; }
 
+  // An engine's own part of a round, between start_weight_update and finish_weight_update: its
+  // update_weights call(s) and the bytes they carry.
+  using Transfer = std::function<void()>;
+  // The sender's round: start_weight_update, `transfer`, finish_weight_update committing
+  // `version`, reaching kStarted after start and kBeforeFinish before finish. If `transfer`
+  // throws, so does this, without finishing: an engine that must end the workers' session on a
+  // failure does so inside `transfer`, where it knows what is in flight.
+  void run_round(const std::optional<std::string>& version, const Transfer& transfer);
+  // For `transfer`, once an update_weights call is in flight and part of its bytes has been sent:
+  // reaches kMidUpdate the first time in a round. Outside the sender's round it does nothing, so
+  // that code that other ranks run too (their own sends) may call it.
+  void reach_mid_update();
+
  private:
   std::shared_ptr<WeightSyncClient> client_;
   std::shared_ptr<WeightSource> source_;
   bool is_sender_;
   std::optional<std::string> round_version_;
+  bool mid_update_due_ = false;  // inside run_round's transfer, until kMidUpdate is reached
 };
 
 // Compares each worker's checkpoint-format digests with the source's tensors (TransferError

@@ -28,8 +28,8 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Where the collectives' tensors must live: host memory for gloo (Debian's libtorch builds
-  // it for the CPU only), the device for NCCL. A caller with tensors elsewhere moves them.
+  // Where the collectives' tensors must live: host memory for gloo (a CPU
+  // collective), the device for NCCL. A caller with tensors elsewhere moves them.
   virtual c10::DeviceType device_type() const { return c10::DeviceType::CPU; }
 
   // `tensor` must be contiguous: the root sends its bytes, every other rank receives into it.

@@ -11,7 +11,7 @@ std::string one_line_cause(const std::exception& error) {
   } else {
     text = error.what();
   }
-  // libtorch 1.13 prefixes "[enforce fail at ...] " and appends "Exception raised from ...".
+  // libtorch prefixes "[enforce fail at ...] " and appends "Exception raised from ...".
   if (auto end = text.find('\n'); end != std::string::npos) text.resize(end);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\r'))
     text.pop_back();

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <memory>
 
+#include "protocol/timeouts.hpp"
 #include "transport/communicator.hpp"
 #include "transport/nccl_unique_id.hpp"
 #include "transport/rendezvous_store.hpp"
@@ -36,7 +37,7 @@ struct NcclSetup {
   int rank = 0;
   int world_size = 0;
   int device = 0;  // CUDA device index
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};
 };
 
 // NCCL's datatype enum value for a dtype (vLLM's mapping), or ncclUint8 with the element count

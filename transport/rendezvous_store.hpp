@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 
+#include "protocol/timeouts.hpp"
+
 namespace c10d {
 class Store;
 class TCPStore;
@@ -41,7 +43,7 @@ struct Rendezvous {
   int master_port = 0;
   int rank = 0;
   int world_size = 0;
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{protocol::kDefaultTimeout};
 
   std::string describe() const;  // "127.0.0.1:29500 as rank 1 of 3"
 };

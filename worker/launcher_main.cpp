@@ -15,7 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/child_process.hpp"
+#include "protocol/timeouts.hpp"
+#include "transport/child_process.hpp"
 #include "worker/event_fd.hpp"
 
 using namespace hotswap;
@@ -47,7 +48,7 @@ std::vector<std::string> split(const std::string& list) {
 int main(int argc, char** argv) {
   CLI::App app{"Start N hotswap-worker replicas (data-parallel ranks 0..N-1)"};
   int replicas = 1, base_port = 5555;
-  double ready_timeout = 300;
+  double ready_timeout = protocol::kDefaultTimeoutSeconds;
   std::string devices, host = "127.0.0.1";
   std::vector<std::string> worker_args;
   app.add_option("--replicas", replicas)->required()->check(CLI::PositiveNumber);
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   worker::notify_on_stop_signals(stop);
 
   const std::string binary = worker_binary(argv[0]);
-  std::vector<std::unique_ptr<worker::ChildProcess>> children;
+  std::vector<std::unique_ptr<transport::ChildProcess>> children;
   std::vector<std::string> endpoints;
   for (int i = 0; i < replicas; ++i) {
     std::string endpoint = "tcp://" + host + ":" + std::to_string(base_port + i);
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
                              "--data-parallel-size", std::to_string(replicas)});
     if (!device_list.empty()) args.insert(args.end(), {"--device", device_list[i]});
     args.insert(args.end(), {"--tensor-parallel-size", std::to_string(tensor_parallel_size)});
-    children.push_back(std::make_unique<worker::ChildProcess>(binary, args));
+    children.push_back(std::make_unique<transport::ChildProcess>(binary, args));
     endpoints.push_back(endpoint);
   }
 
@@ -133,8 +134,7 @@ int main(int argc, char** argv) {
     return 1;
   };
 
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<long long>(ready_timeout * 1000));
+  auto deadline = std::chrono::steady_clock::now() + protocol::to_milliseconds(ready_timeout);
   while (std::count(ready.begin(), ready.end(), true) < replicas) {
     if (auto dead = pump(std::chrono::milliseconds(100))) return died(*dead);
     if (signalled()) return 0;

@@ -1,7 +1,8 @@
 #include "worker/weight_update_controller.hpp"
 
 #include "protocol/errors.hpp"
-#include "worker/tensor_parallel_group.hpp"
+#include "worker/parallel/rank_methods.hpp"
+#include "worker/parallel/tensor_parallel_group.hpp"
 
 namespace hotswap::worker {
 
@@ -22,7 +23,7 @@ void WeightUpdateController::set_tensor_parallel_peers(std::shared_ptr<TensorPar
   between_steps_ = std::move(between_steps);
 }
 
-void WeightUpdateController::on_every_rank(const std::string& method, const nlohmann::json& params,
+void WeightUpdateController::on_every_rank(std::string_view method, const nlohmann::json& params,
                                            const std::function<void()>& local) {
   if (!peers_) return local();
   using Channel = TensorParallelGroup::Channel;
@@ -44,7 +45,7 @@ void WeightUpdateController::init_weight_transfer_engine(const nlohmann::json& i
   // A new handshake supersedes a session its trainer never finished (it died before finish):
   // drop what that session staged, so the new trainer's start is clean.
   if (session_active()) end_session();
-  on_every_rank("init_weight_transfer_engine", {{"init_info", init_info}},
+  on_every_rank(rank_methods::kInitWeightTransferEngine, {{"init_info", init_info}},
                 [&] { e.init_transfer_engine(init_info); });
 }
 
@@ -60,7 +61,7 @@ void WeightUpdateController::start_weight_update() {
     active_ = true;
   }
   try {
-    on_every_rank("start_weight_update", nlohmann::json::object(),
+    on_every_rank(rank_methods::kStartWeightUpdate, nlohmann::json::object(),
                   [&] { e.start_weight_update(); });
   } catch (...) {
     end_session();
@@ -112,7 +113,7 @@ void WeightUpdateController::update_weights(const nlohmann::json& update_info) {
   }
   try {
     // Each rank takes its own element of a per-rank list.
-    on_every_rank("update_weights", {{"update_info", update_info}}, [&] {
+    on_every_rank(rank_methods::kUpdateWeights, {{"update_info", update_info}}, [&] {
       auto mine = select_update_info(update_info, parallel_);
       if (mine) e.update_weights(*mine);
     });
@@ -127,9 +128,10 @@ void WeightUpdateController::finish_weight_update(const std::optional<std::strin
   require_session_to_finish();
   try {
     if (peers_) {
-      on_every_rank("prepare_finish", nlohmann::json::object(), [&] { e.drain_pending(); });
+      on_every_rank(rank_methods::kPrepareFinish, nlohmann::json::object(),
+                    [&] { e.drain_pending(); });
       between_steps_([&] {
-        on_every_rank("finish_weight_update", nlohmann::json::object(),
+        on_every_rank(rank_methods::kFinishWeightUpdate, nlohmann::json::object(),
                       [&] { e.finish_weight_update(); });
       });
     } else {
@@ -173,7 +175,8 @@ void WeightUpdateController::shutdown_weight_transfer_engine(bool abort_update) 
     }
     end_session();
   }
-  on_every_rank("shutdown_weight_transfer_engine", nlohmann::json::object(), [&] { e.shutdown(); });
+  on_every_rank(rank_methods::kShutdownWeightTransferEngine, nlohmann::json::object(),
+                [&] { e.shutdown(); });
 }
 
 void WeightUpdateController::update_weight_version(const std::string& new_version) {
@@ -200,7 +203,7 @@ void WeightUpdateController::end_session() {
   if (peers_) {
     // Best effort: a rank that cannot be reached has failed the whole worker already.
     try {
-      on_every_rank("abort_weight_update", nlohmann::json::object(), [] {});
+      on_every_rank(rank_methods::kAbortWeightUpdate, nlohmann::json::object(), [] {});
     } catch (const std::exception&) {
     }
   }

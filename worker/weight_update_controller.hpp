@@ -76,7 +76,7 @@ class WeightUpdateController {
   void require_session_to_finish() const;
   // Runs `local` here while the other tensor-parallel ranks run `method` (just `local` at
   // tp = 1); the first error once every rank has answered.
-  void on_every_rank(const std::string& method, const nlohmann::json& params,
+  void on_every_rank(std::string_view method, const nlohmann::json& params,
                      const std::function<void()>& local);
 
   std::unique_ptr<receiver::WeightTransferEngine> engine_;

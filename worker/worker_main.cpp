@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "transport/exception_text.hpp"
-#include "worker/control_server.hpp"
 #include "worker/event_fd.hpp"
-#include "worker/http_server.hpp"
-#include "worker/tensor_parallel_rank.hpp"
+#include "worker/frontends/control_server.hpp"
+#include "worker/frontends/http_server.hpp"
+#include "worker/parallel/tensor_parallel_rank.hpp"
 #include "worker/worker_options.hpp"
 #include "worker/worker_service.hpp"
 

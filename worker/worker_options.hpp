@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/layerwise_reload.hpp"
+#include "protocol/timeouts.hpp"
 
 namespace hotswap::worker {
 
@@ -25,7 +26,7 @@ struct WorkerOptions {
   model_loader::UpdateMode update_mode = model_loader::UpdateMode::kStaged;
   int data_parallel_rank = 0;
   int data_parallel_size = 1;
-  double timeout_seconds = 300.0;
+  double timeout_seconds = protocol::kDefaultTimeoutSeconds;
   std::string log_level = "info";
   std::string curve_secret_key_file;
   std::string curve_authorized_keys;
@@ -54,9 +55,7 @@ struct WorkerOptions {
   std::vector<std::string> arguments;  // argv[1..], for the rank processes rank 0 starts
   std::string program;                 // this binary, for the same
 
-  std::chrono::milliseconds timeout() const {
-    return std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
-  }
+  std::chrono::milliseconds timeout() const { return protocol::to_milliseconds(timeout_seconds); }
 
   // Parses argv; prints help or a usage error and exits as CLI11 does.
   static WorkerOptions parse(int argc, char** argv);

@@ -14,7 +14,8 @@
 #include "receiver/weight_transfer_engine_factory.hpp"
 #include "transport/device.hpp"
 #include "transport/exception_text.hpp"
-#include "worker/tensor_parallel_model.hpp"
+#include "worker/parallel/tensor_parallel_model.hpp"
+#include "worker/weight_update_metrics.hpp"
 
 namespace hotswap::worker {
 
@@ -306,10 +307,14 @@ void WorkerService::bind_handlers() {
        }},
       {m::kCompletions,
        [this](Params params, Gone caller_gone) -> json {
-         return json::parse(start_whole_completion(params)->wait(caller_gone).dump());
+         return json(start_whole_completion(params)->wait(caller_gone));
        }},
-      {m::kModels, [this](Params, Gone) { return json::parse(completions_->models().dump()); }},
+      {m::kModels, [this](Params, Gone) { return json(completions_->models()); }},
       {m::kHealth, [this](Params, Gone) { return health(); }},
+      {m::kMetrics,
+       [this](Params, Gone) -> json {
+         return {{"text", render_weight_update_metrics(*this) + serving_metrics()}};
+       }},
       {m::kShutdown,
        [this](Params, Gone) -> json {
          shutdown_requested_ = true;
@@ -396,10 +401,8 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
                  static_cast<std::int64_t>(p.prompt_token_ids.size()), p.max_tokens);
   GenerateRequest request;
   request.prompt_token_ids = std::move(p.prompt_token_ids);
+  static_cast<protocol::SamplingFields&>(request.params) = p;  // as read and validated
   request.params.max_tokens = p.max_tokens;
-  request.params.temperature = p.temperature;
-  request.params.top_p = p.top_p;
-  request.params.seed = p.seed;
   request.params.stop_token_ids = std::move(p.stop_token_ids);
   request.logprobs = p.logprobs;
   // Named by its own id, or one made up: abort_requests with no ids ends it too.

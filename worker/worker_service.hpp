@@ -19,10 +19,10 @@
 #include <optional>
 
 #include "model_loader/servable_model.hpp"
-#include "model_loader/tokenizer.hpp"
-#include "worker/completion_service.hpp"
-#include "worker/generation_scheduler.hpp"
-#include "worker/serving_metrics.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
+#include "worker/serving/completion_service.hpp"
+#include "worker/serving/generation_scheduler.hpp"
+#include "worker/serving/serving_metrics.hpp"
 #include "worker/weight_checker.hpp"
 #include "worker/weight_update_controller.hpp"
 #include "worker/worker_options.hpp"

@@ -8,7 +8,7 @@
 
 #include "model_loader/architecture_registry.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
-#include "model_loader/tokenizer.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 
 using namespace hotswap;

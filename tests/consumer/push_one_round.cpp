@@ -3,10 +3,10 @@
 
 #include <iostream>
 
-#include "model_loader/checkpoint.hpp"
-#include "trainer_sdk/shm_trainer_engine.hpp"
-#include "trainer_sdk/tensor_list_source.hpp"
-#include "trainer_sdk/zmq_weight_sync_client.hpp"
+#include <hotswap/model_loader/checkpoint.hpp>
+#include <hotswap/trainer_sdk/shm_trainer_engine.hpp>
+#include <hotswap/trainer_sdk/tensor_list_source.hpp>
+#include <hotswap/trainer_sdk/zmq_weight_sync_client.hpp>
 
 using namespace hotswap;
 

@@ -15,6 +15,14 @@ cleanup() {
 trap cleanup EXIT
 
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# One name on a consumer's include path: every header under include/hotswap/, included as
+# <hotswap/...>, and none of them still including another by its in-tree short name.
+if [ "$(ls "$work/prefix/include")" != hotswap ]; then
+  echo "the package installs headers outside include/hotswap/:"; ls "$work/prefix/include"; exit 1
+fi
+if grep -rnE '#include "(protocol|transport|model_loader|receiver|trainer_sdk|worker)/' "$work/prefix/include"; then
+  echo "installed headers above still use the in-tree include form"; exit 1
+fi
 cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCMAKE_BUILD_TYPE=Release ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
 cmake --build "$work/build" -j2 >/dev/null

@@ -20,7 +20,7 @@
 
 #include "model_loader/model_test_support.hpp"
 #include "trainer_sdk/rpc_client.hpp"
-#include "worker/child_process.hpp"
+#include "transport/child_process.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
@@ -78,7 +78,7 @@ char process_state(pid_t pid) {
 }
 
 // Reads the trainer's output until it exits; its status (-1 if a signal ended it).
-int wait_trainer(worker::ChildProcess& trainer, std::chrono::milliseconds timeout) {
+int wait_trainer(transport::ChildProcess& trainer, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     trainer.read_output(50ms);
@@ -121,7 +121,7 @@ void kill_trainer_at(const std::string& backend, const std::string& point) {
 
   auto args = trainer_args(s, backend, worker->endpoint());
   args.insert(args.end(), {"--fault-at", point});
-  worker::ChildProcess killed(HOTSWAP_TRAINER_BINARY, args);
+  transport::ChildProcess killed(HOTSWAP_TRAINER_BINARY, args);
   const pid_t killed_pid = killed.pid();
   BOOST_TEST(wait_trainer(killed, 60s) == -1, "the trainer must die by its SIGKILL");
   BOOST_TEST(killed.output().find("fault injection: kill at " + point) != std::string::npos,
@@ -137,7 +137,7 @@ void kill_trainer_at(const std::string& backend, const std::string& point) {
   // A fresh trainer: init, a verified round.
   args = trainer_args(s, backend, worker->endpoint());
   args.push_back("--verify");
-  worker::ChildProcess fresh(HOTSWAP_TRAINER_BINARY, args);
+  transport::ChildProcess fresh(HOTSWAP_TRAINER_BINARY, args);
   BOOST_TEST(wait_trainer(fresh, 60s) == 0, fresh.output());
   BOOST_TEST(fresh.output().find("verified") != std::string::npos, fresh.output());
   BOOST_TEST(client.call("health")["weight_version"] == "round-1");
@@ -157,7 +157,7 @@ void kill_worker_mid_round(const std::string& backend) {
   auto worker = start_worker(s, backend);
   auto args = trainer_args(s, backend, worker->endpoint());
   args.insert(args.end(), {"--fault-at", "update", "--fault-action", "stop"});
-  worker::ChildProcess trainer(HOTSWAP_TRAINER_BINARY, args);
+  transport::ChildProcess trainer(HOTSWAP_TRAINER_BINARY, args);
   // The trainer stops itself mid-update; the worker dies; the trainer goes on.
   auto deadline = Clock::now() + 30s;
   while (trainer.output().find("fault injection: stop at update") == std::string::npos &&

@@ -1,7 +1,7 @@
 // Several trainer ranks, each holding part of a mixture of experts (expert parallelism) or of
 // its layers (pipeline parallelism), push into real hotswap-worker processes over gloo: each
 // tensor comes from a rank that holds it, and every round is verified bit for bit. Holdings that
-// break the seeds' ownership contract (or ranks that would cut the stream differently) are
+// break the ownership contract (or ranks that would cut the stream differently) are
 // refused at init, on every rank; a rank that fails mid-round fails them all; either way the
 // worker keeps serving its weights. Trainer ranks run as threads here (each with its own engine,
 // client and group membership, as processes would); tests/trainer_sdk/trainer_cli_test.sh runs them

@@ -19,10 +19,10 @@
 #include "protocol/errors.hpp"
 #include "protocol/nccl_info.hpp"
 #include "receiver/nccl_engine.hpp"
+#include "transport/child_process.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "transport/nccl_unique_id.hpp"
 #include "transport/rendezvous_store.hpp"
-#include "worker/child_process.hpp"
 
 using namespace hotswap;
 using namespace std::chrono_literals;
@@ -32,7 +32,7 @@ namespace {
 // What follows `tag` on the first whole line the Python peer printed that starts with it. It
 // searches all the output so far, so asking for "port" never loses an "id" line read with it.
 // Importing torch can take many seconds on a loaded machine.
-std::string printed(worker::ChildProcess& peer, const std::string& tag) {
+std::string printed(transport::ChildProcess& peer, const std::string& tag) {
   const std::string wanted = tag + " ";
   auto deadline = std::chrono::steady_clock::now() + 60s;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -51,7 +51,7 @@ std::string printed(worker::ChildProcess& peer, const std::string& tag) {
 
 // A failed step says what the peer printed (its traceback, if it died) beside its own error.
 template <class Step>
-auto or_fail_with_peer_output(worker::ChildProcess& peer, Step&& step) {
+auto or_fail_with_peer_output(transport::ChildProcess& peer, Step&& step) {
   try {
     return step();
   } catch (const std::exception& e) {
@@ -62,13 +62,13 @@ auto or_fail_with_peer_output(worker::ChildProcess& peer, Step&& step) {
   }
 }
 
-std::string printed_id(worker::ChildProcess& peer) {
+std::string printed_id(transport::ChildProcess& peer) {
   return printed(peer, "id");
 }
 
 // The Python host binds a free port itself and prints it (see host_store in the peer): a port
 // picked here could be taken by another process before the slow Python start binds it.
-int hosted_port(worker::ChildProcess& peer) {
+int hosted_port(transport::ChildProcess& peer) {
   return std::stoi(printed(peer, "port"));
 }
 
@@ -95,11 +95,11 @@ at::Tensor known_gloo_bytes() {
 }
 
 // The peer's python has a torch whose store protocol is this build's libtorch's (CMake picks it).
-worker::ChildProcess python_peer(const std::string& role, std::optional<int> port = std::nullopt,
-                                 const std::string& python = HOTSWAP_STORE_PEER_PYTHON) {
+transport::ChildProcess python_peer(const std::string& role, std::optional<int> port = std::nullopt,
+                                    const std::string& python = HOTSWAP_STORE_PEER_PYTHON) {
   std::vector<std::string> args{std::string(HOTSWAP_E2E_DIR) + "/vllm_store_peer.py", role};
   if (port) args.push_back(std::to_string(*port));
-  return worker::ChildProcess(python, args);
+  return transport::ChildProcess(python, args);
 }
 
 }  // namespace

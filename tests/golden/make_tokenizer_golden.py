@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes the golden vectors that hold hotswap's tokenizer (model_loader/tokenizer.*) against the
+"""Makes the golden vectors that hold hotswap's tokenizer (model_loader/tokenizer/) against the
 Hugging Face `tokenizers` package, which nobody here wrote.
 
 Run it from a virtual environment OUTSIDE the repository, never in CI (nothing is downloaded
@@ -54,7 +54,7 @@ TRAIN = [
     "Tabs\tand  double  spaces   and\nnewlines\r\nmatter too.",
 ] * 20
 
-# What the golden ids are taken of: every class the issue names.
+# What the golden ids are taken of: every class of text the tokenizer must split alike.
 TESTS = [
     "Hello world",
     " leading space and trailing space ",

@@ -4,7 +4,7 @@
 // test string of tests/golden/tokenizer/*/golden.json (made by make_tokenizer_golden.py) must
 // encode to the same ids with and without special tokens and decode to the same text. Then what
 // is refused, and how.
-#include "model_loader/tokenizer.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
 
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model_loader/byte_level.hpp"
-#include "model_loader/incremental_detokenizer.hpp"
+#include "model_loader/tokenizer/byte_level.hpp"
+#include "model_loader/tokenizer/incremental_detokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 

@@ -64,4 +64,20 @@ BOOST_AUTO_TEST_CASE(rejects_url_safe_whitespace_and_bad_padding) {
   BOOST_TEST(base64_decode("").has_value());
 }
 
+// One mapping from an error to what HTTP says of it: the kind's status, the kind's name (a
+// RuntimeError for an exception of no kind, as JSON-RPC reports it), and the OpenAI routes'
+// type, which follows the status.
+BOOST_AUTO_TEST_CASE(every_error_maps_to_one_http_status_and_type) {
+  BOOST_TEST(http_status(ValueError("x")) == 400);
+  BOOST_TEST(http_status(RuntimeError("x")) == 500);
+  BOOST_TEST(http_status(OverloadedError("x")) == 503);
+  BOOST_TEST(http_status(std::logic_error("x")) == 500);
+  BOOST_TEST(error_type_name(ValueError("x")) == "ValueError");
+  BOOST_TEST(error_type_name(std::logic_error("x")) == "RuntimeError");
+  BOOST_TEST(openai_error_type(400) == "BadRequestError");
+  BOOST_TEST(openai_error_type(404) == "NotFoundError");
+  BOOST_TEST(openai_error_type(503) == "ServiceUnavailableError");
+  BOOST_TEST(openai_error_type(500) == "InternalServerError");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -89,4 +89,42 @@ BOOST_AUTO_TEST_CASE(client_side_parsing_returns_results_and_rethrows_typed_erro
   BOOST_TEST(parse_request(request.dump()).method == "health");
 }
 
+// Every JSON-RPC server of the worker answers through these two: a result, a typed error
+// with its kind, an untyped one as a RuntimeError, and a frame that is no request with the
+// parser's error, each carrying the request's id as written.
+BOOST_AUTO_TEST_CASE(answer_request_replies_with_the_result_or_the_error_and_says_which) {
+  RpcRequest request = parse_request(R"({"jsonrpc":"2.0","id":1.50,"method":"health"})");
+  auto ok = answer_request(request, [] { return json{{"status", "ok"}}; });
+  BOOST_TEST(!ok.error.has_value());
+  BOOST_TEST(ok.frame.find(R"("id":1.50)") != std::string::npos);
+  BOOST_TEST(json::parse(ok.frame)["result"]["status"] == "ok");
+
+  auto typed = answer_request(request, []() -> json { throw ValueError("bad field"); });
+  BOOST_TEST(typed.error.value() == "bad field");
+  BOOST_TEST(json::parse(typed.frame)["error"]["code"] == -32602);
+
+  auto untyped = answer_request(request, []() -> json { throw std::logic_error("oops"); });
+  BOOST_TEST(json::parse(untyped.frame)["error"]["data"]["type"] == "RuntimeError");
+}
+
+BOOST_AUTO_TEST_CASE(answer_frame_parses_first_and_answers_a_malformed_frame_with_its_code) {
+  bool called = false;
+  auto refused = answer_frame("{not json", kDefaultMaxRequestBytes, [&](const RpcRequest&) {
+    called = true;
+    return json::object();
+  });
+  BOOST_TEST(!called);
+  BOOST_TEST(refused.error.has_value());
+  BOOST_TEST(json::parse(refused.frame)["error"]["code"] == -32700);
+
+  auto echoed = answer_frame(R"({"jsonrpc":"2.0","id":"x","method":"forward","params":{"a":1}})",
+                             kDefaultMaxRequestBytes, [](const RpcRequest& r) {
+                               return json{{"method", r.method}, {"a", r.params["a"]}};
+                             });
+  auto reply = json::parse(echoed.frame);
+  BOOST_TEST(reply["id"] == "x");
+  BOOST_TEST(reply["result"]["method"] == "forward");
+  BOOST_TEST(reply["result"]["a"] == 1);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

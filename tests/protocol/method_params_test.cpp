@@ -4,6 +4,8 @@
 
 #include <map>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
@@ -39,7 +41,7 @@ BOOST_AUTO_TEST_CASE(generate_params_have_vllms_defaults_and_checks) {
        "`stop_token_ids` must be a list of token ids, got string"},
       {{{"prompt_token_ids", {1}}, {"max_tokens", 1e300}}, "`max_tokens` must be an integer"},
       {{{"prompt_token_ids", {1}}, {"max_tokens", 0}}, "max_tokens must be at least 1"},
-      {{{"prompt_token_ids", {1}}, {"temperature", -1}}, "temperature must be a non-negative"},
+      {{{"prompt_token_ids", {1}}, {"temperature", -1}}, "temperature must be non-negative"},
       {{{"prompt_token_ids", {1}}, {"top_p", 0}}, "top_p must be in (0, 1]"},
       {{{"prompt_token_ids", {1}}, {"logprobs", "yes"}}, "`logprobs` must be a non-negative"},
       {{{"prompt_token_ids", {1}}, {"seed", 1.5}}, "`seed` must be an integer"},
@@ -77,7 +79,7 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
   HOTSWAP_CHECK_THROW_MSG(validate_params("abort_requests", {{"request_ids", {"a", 1}}}),
                           ValueError, "request_ids");
   BOOST_CHECK_NO_THROW(validate_params("abort_requests", {{"request_ids", {"cmpl-a-0"}}}));
-  BOOST_TEST(method_names().size() == 21u);
+  BOOST_TEST(method_names().size() == 22u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -213,7 +215,49 @@ BOOST_AUTO_TEST_CASE(the_json_form_lists_every_method_in_table_order) {
                             {"takes_json_body", false},
                             {"long_running", true},
                             {"openai", false},
+                            {"probe", false},
+                            {"http_content_type", nullptr},
                             {"metric_operation", nullptr}}));
+}
+
+// generate and completions read their sampling fields through one validator: the same field
+// out of range gets the same message from both (vLLM's).
+BOOST_AUTO_TEST_CASE(generate_and_completions_share_one_sampling_validator) {
+  for (const auto& [field, value, message] :
+       std::vector<std::tuple<std::string, json, std::string>>{
+           {"temperature", -1, "temperature must be non-negative, got -1.000000."},
+           {"top_p", 0, "top_p must be in (0, 1], got 0.000000."},
+           {"top_k", -3, "top_k must be 0 (disable), or at least 1, got -3."},
+           {"min_p", 2, "min_p must be in [0, 1], got 2.000000."},
+       }) {
+    json generate = {{"prompt_token_ids", {1}}, {field, value}};
+    json completion = {{"prompt", "a"}, {field, value}};
+    for (const json& params : {generate, completion}) {
+      try {
+        if (params.contains("prompt")) {
+          CompletionParams::from_json(params);
+        } else {
+          GenerateParams::from_json(params);
+        }
+        BOOST_FAIL("accepted " + params.dump());
+      } catch (const ValueError& e) {
+        BOOST_TEST(std::string(e.what()) == message);
+      }
+    }
+  }
+  auto g = GenerateParams::from_json({{"prompt_token_ids", {1}}, {"top_k", -1}, {"min_p", 0.5}});
+  BOOST_TEST(g.top_k == 0);  // vLLM's -1, "all"
+  BOOST_TEST(g.min_p == 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(probes_and_text_routes_come_from_the_table) {
+  std::vector<std::string_view> probes;
+  for (const auto& m : control_methods())
+    if (m.probe) probes.push_back(m.http_route);
+  BOOST_TEST(probes == (std::vector<std::string_view>{"/health", "/metrics"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(control_method("metrics").http_content_type == "text/plain; version=0.0.4");
+  BOOST_TEST(control_method("health").http_content_type.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -65,7 +65,7 @@ class InProcessClient final : public trainer_sdk::WeightSyncClient {
   receiver::WeightTransferEngine& engine_;
 };
 
-// Tensors of every wire dtype libtorch 1.13 has, with odd sizes so packed slices land
+// Tensors of every wire dtype, with odd sizes so packed slices land
 // misaligned (a 3-element bfloat16 followed by a float32, a 1-byte bool before an int64, ...).
 std::vector<std::pair<std::string, at::Tensor>> mixed_tensors() {
   auto make = [](std::int64_t n, at::ScalarType t) {

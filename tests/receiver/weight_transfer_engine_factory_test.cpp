@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include "protocol/backend_names.hpp"
 #include "protocol/nccl_info.hpp"
 #include "receiver/recording_model.hpp"
 #include "test_support.hpp"
@@ -98,6 +99,14 @@ BOOST_AUTO_TEST_CASE(a_plugin_that_cannot_load_fails_at_first_use_naming_the_cau
                            "no_such_symbol");
   HOTSWAP_CHECK_THROW_MSG(Factory::create_engine(context_for("factory_test_missing_symbol")),
                           protocol::RuntimeError, "symbol 'no_such_symbol' not found");
+}
+
+// The worker's engines are registered under protocol's one list of backend names.
+BOOST_AUTO_TEST_CASE(every_builtin_backend_name_has_an_engine) {
+  for (auto name : hotswap::protocol::backends::kBuiltin) {
+    BOOST_TEST(hotswap::receiver::WeightTransferEngineFactory::is_registered(std::string(name)),
+               name);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,5 +1,5 @@
 // The ownership contract of many sending trainer ranks: rank 0's checks of every rank's
-// holdings (the seeds' wording), who sends what, and the expert and layer splits of
+// holdings, who sends what, and the expert and layer splits of
 // hotswap-trainer --shard.
 #include "trainer_sdk/rank_holdings.hpp"
 

@@ -9,6 +9,7 @@
 
 #include <ATen/ops/zeros.h>
 
+#include "protocol/backend_names.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/nccl_info.hpp"
 #include "test_support.hpp"
@@ -222,6 +223,14 @@ BOOST_AUTO_TEST_CASE(plugin_trainer_engine_loads_lazily_from_its_library) {
   engine->send_weights();
   BOOST_TEST(client->order == (std::vector<std::string>{"init", "start", "update", "finish"}));
   BOOST_TEST(client->payloads[0]["from"] == "plugin");
+}
+
+// The trainer's engines are registered under the same list of names as the worker's.
+BOOST_AUTO_TEST_CASE(every_builtin_backend_name_has_a_trainer_engine) {
+  for (auto name : hotswap::protocol::backends::kBuiltin) {
+    BOOST_TEST(hotswap::trainer_sdk::WeightTransferTrainerFactory::is_registered(std::string(name)),
+               name);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

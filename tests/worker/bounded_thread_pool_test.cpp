@@ -1,4 +1,4 @@
-#include "worker/bounded_thread_pool.hpp"
+#include "worker/frontends/bounded_thread_pool.hpp"
 
 #include <boost/test/unit_test.hpp>
 

@@ -59,9 +59,9 @@ BOOST_AUTO_TEST_CASE(curve_without_authorized_keys_needs_an_explicit_yes) {
   KeyPair server, anyone;
   std::ofstream(keys.path / "server.key") << server.secret_key;
   // Refused at start: it would accept every client key, silently.
-  worker::ChildProcess refused(HOTSWAP_WORKER_BINARY,
-                               {"--model", ckpt.dir.path.string(), "--control", "tcp://127.0.0.1:*",
-                                "--curve-secret-key-file", (keys.path / "server.key").string()});
+  transport::ChildProcess refused(
+      HOTSWAP_WORKER_BINARY, {"--model", ckpt.dir.path.string(), "--control", "tcp://127.0.0.1:*",
+                              "--curve-secret-key-file", (keys.path / "server.key").string()});
   auto status = refused.wait_exit(30s);
   while (refused.read_output(0ms)) {
   }

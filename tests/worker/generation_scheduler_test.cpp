@@ -1,7 +1,7 @@
 // The generation scheduler batches continuously: a request joins the running batch at the next
 // step and leaves the step it ends, within --max-num-seqs and --max-num-batched-tokens; a request
 // watching its tokens can end itself (a stop string); vLLM's serving metrics count it all.
-#include "worker/generation_scheduler.hpp"
+#include "worker/serving/generation_scheduler.hpp"
 
 #include <boost/test/unit_test.hpp>
 

@@ -317,8 +317,8 @@ BOOST_FIXTURE_TEST_CASE(a_fifo_shard_named_by_the_index_stops_the_worker_with_a_
   BOOST_REQUIRE(::mkfifo((dir.path / "model-00001-of-00001.safetensors").c_str(), 0600) == 0);
   std::ofstream(dir.path / "model.safetensors.index.json")
       << json{{"weight_map", {{"model.norm.weight", "model-00001-of-00001.safetensors"}}}}.dump();
-  worker::ChildProcess child(HOTSWAP_WORKER_BINARY,
-                             {"--model", dir.path.string(), "--control", "tcp://127.0.0.1:*"});
+  transport::ChildProcess child(HOTSWAP_WORKER_BINARY,
+                                {"--model", dir.path.string(), "--control", "tcp://127.0.0.1:*"});
   auto status = child.wait_exit(20s);
   while (child.read_output(0ms)) {
   }
@@ -330,8 +330,9 @@ BOOST_FIXTURE_TEST_CASE(a_fifo_shard_named_by_the_index_stops_the_worker_with_a_
 }
 
 BOOST_FIXTURE_TEST_CASE(a_device_this_build_cannot_use_is_one_line, Fixture) {
-  worker::ChildProcess child(HOTSWAP_WORKER_BINARY, {"--model", ckpt.dir.path.string(), "--device",
-                                                     "cuda:0", "--control", "tcp://127.0.0.1:*"});
+  transport::ChildProcess child(
+      HOTSWAP_WORKER_BINARY,
+      {"--model", ckpt.dir.path.string(), "--device", "cuda:0", "--control", "tcp://127.0.0.1:*"});
   auto status = child.wait_exit(30s);
   while (child.read_output(0ms)) {
   }

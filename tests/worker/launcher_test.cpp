@@ -5,8 +5,8 @@
 
 #include "model_loader/model_test_support.hpp"
 #include "trainer_sdk/rpc_client.hpp"
+#include "transport/child_process.hpp"
 #include "transport/gloo_communicator.hpp"
-#include "worker/child_process.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
@@ -18,7 +18,7 @@ namespace {
 struct Launch {
   testing::CheckpointDir ckpt{testing::tiny_config(model_loader::architectures::kLlama), 1300};
   int base = transport::pick_free_port("127.0.0.1", 2);  // replica r serves base + r
-  worker::ChildProcess launcher;
+  transport::ChildProcess launcher;
   json ready;
 
   explicit Launch(const std::string& replicas = "2", const std::string& tensor_parallel = "1")

@@ -183,8 +183,8 @@ BOOST_AUTO_TEST_CASE(a_large_requests_memory_is_returned_when_it_ends) {
 
 BOOST_AUTO_TEST_CASE(a_tokenizer_the_worker_cannot_serve_stops_it_at_start_naming_why) {
   auto refused = [](const CheckpointDir& ckpt, const std::string& expected) {
-    worker::ChildProcess child(HOTSWAP_WORKER_BINARY, {"--model", ckpt.dir.path.string(),
-                                                       "--control", "tcp://127.0.0.1:*"});
+    transport::ChildProcess child(HOTSWAP_WORKER_BINARY, {"--model", ckpt.dir.path.string(),
+                                                          "--control", "tcp://127.0.0.1:*"});
     BOOST_CHECK_THROW(worker::wait_until_ready(child, 30s), std::exception);
     BOOST_CHECK_MESSAGE(child.output().find(expected) != std::string::npos,
                         "the worker's output does not say '" << expected << "':\n"

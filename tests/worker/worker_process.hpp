@@ -1,6 +1,6 @@
 // WorkerProcess: a real hotswap-worker child process for end-to-end tests, on a loopback port
 // it picks itself (`--control tcp://127.0.0.1:*` unless given). Waits for the ready line and
-// stops the worker on every exit path (worker::ChildProcess).
+// stops the worker on every exit path (transport::ChildProcess).
 #pragma once
 
 #include <cctype>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/child_process.hpp"
+#include "worker/worker_ready.hpp"
 
 namespace hotswap::testing {
 
@@ -123,7 +123,7 @@ class WorkerProcess {
     return args;
   }
 
-  worker::ChildProcess process_;
+  transport::ChildProcess process_;
   std::string endpoint_;
 };
 

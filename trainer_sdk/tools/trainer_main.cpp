@@ -3,7 +3,6 @@
 // sparse delta), pushes it into the workers, optionally verifies bit for bit, and prints what it
 // moved.
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,7 +28,9 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/checkpoint.hpp"
+#include "protocol/backend_names.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
@@ -42,14 +43,24 @@
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "transport/child_process.hpp"
 #include "transport/exception_text.hpp"
 #include "transport/gloo_communicator.hpp"
 
 using namespace hotswap;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+namespace backends = protocol::backends;
 
 namespace {
+
+// The built-in backends, for --help and the error naming an unknown one.
+std::string backend_list(std::string_view separator) {
+  std::string out;
+  for (auto name : backends::kBuiltin)
+    out += (out.empty() ? "" : std::string(separator)) + std::string(name);
+  return out;
+}
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -100,49 +111,34 @@ class RankProcesses {
   RankProcesses(const RankProcesses&) = delete;
   RankProcesses& operator=(const RankProcesses&) = delete;
   ~RankProcesses() {
-    for (int signal : {0, SIGTERM, SIGKILL}) {
-      for (pid_t pid : running_)
-        if (signal != 0) ::kill(pid, signal);
-      if (wait_all(std::chrono::seconds(5))) return;
-    }
+    if (wait_all(std::chrono::seconds(5))) return;
+    for (auto& rank : running_)
+      rank->stop(std::chrono::seconds(5));  // SIGTERM, then SIGKILL
   }
 
-  void spawn(std::vector<std::string> args) {
-    std::vector<char*> argv;
-    for (auto& arg : args)
-      argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    if (int error = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ)) {
-      throw protocol::RuntimeError(std::string("cannot start another trainer rank: ") +
-                                   std::strerror(error));
-    }
-    running_.push_back(pid);
+  // `args` follow argv[0].
+  void spawn(const std::vector<std::string>& args) {
+    running_.push_back(std::make_unique<transport::ChildProcess>(
+        "/proc/self/exe", args, transport::ChildProcess::Output::kInherited));
   }
 
   // Waits up to `timeout` for every rank to end; false if some still run. `failed` counts
   // the ranks that ended with a non-zero status or a signal.
   bool wait_all(std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
-    while (!running_.empty()) {
-      for (auto it = running_.begin(); it != running_.end();) {
-        int status = 0;
-        if (::waitpid(*it, &status, WNOHANG) == *it) {
-          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed_;
-          it = running_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      if (running_.empty() || Clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto it = running_.begin(); it != running_.end();) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto status = (*it)->wait_exit(std::max(left, std::chrono::milliseconds(0)));
+      if (!status) return false;
+      if (*status != 0) ++failed_;
+      it = running_.erase(it);
     }
-    return running_.empty();
+    return true;
   }
   int failed() const { return failed_; }
 
  private:
-  std::vector<pid_t> running_;
+  std::vector<std::unique_ptr<transport::ChildProcess>> running_;
   int failed_ = 0;
 };
 
@@ -152,15 +148,14 @@ int main(int argc, char** argv) {
   CLI::App app{"hotswap-trainer: push simulated training steps into hotswap workers"};
   std::string workers, backend, source_dir, master_address = "127.0.0.1", disk_dir;
   int rounds = 1, master_port = 0, rank = 0;
-  double step_scale = 0.01, timeout_seconds = 300;
+  double step_scale = 0.01, timeout_seconds = protocol::kDefaultTimeoutSeconds;
   std::uint64_t seed = 0;
   std::int64_t buffer_size = protocol::kDefaultPackedBufferSizeBytes;
   bool shm_arena = false, shm_window = false, nccl_unique_id = false;
   int device = 0;
   bool packed = true, verify = false;
   app.add_option("--workers", workers, "control endpoints, comma-separated")->required();
-  app.add_option("--backend", backend, "gloo | shm | sparse_gloo | disk | nccl | sparse_nccl | ipc")
-      ->required();
+  app.add_option("--backend", backend, backend_list(" | "))->required();
   app.add_option("--source", source_dir, "checkpoint directory the trainer starts from")
       ->required();
   app.add_option("--rounds", rounds)->capture_default_str();
@@ -226,7 +221,7 @@ int main(int argc, char** argv) {
   // report theirs before they are stopped.
   RankProcesses other_ranks;
   try {
-    auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_seconds * 1000));
+    auto timeout = protocol::to_milliseconds(timeout_seconds);
     std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients;
     for (const auto& endpoint : split(workers)) {
       clients.push_back(std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, timeout));
@@ -235,7 +230,7 @@ int main(int argc, char** argv) {
     // Every trainer rank broadcasts (each sends what it holds), and each endpoint may be a
     // tensor-parallel worker of several ranks: the group's size comes from the workers.
     const int world_size = ranks + client->inference_world_size();
-    if (ranks > 1 && backend != "gloo" && backend != "nccl") {
+    if (ranks > 1 && backend != backends::kGloo && backend != backends::kNccl) {
       throw protocol::ValueError("--ranks " + std::to_string(ranks) +
                                  " is for the gloo and nccl backends, where every trainer rank "
                                  "joins the broadcast group; --backend " +
@@ -252,11 +247,12 @@ int main(int argc, char** argv) {
     // on the r-th GPU after --device: NCCL refuses two ranks of one group on one GPU).
     if (ranks > 1 && app.count("--rank") == 0) {
       for (int r = 1; r < ranks; ++r) {
-        std::vector<std::string> args(argv, argv + argc);
+        std::vector<std::string> args(argv + 1, argv + argc);
         args.insert(args.end(),
                     {"--rank", std::to_string(r), "--master-port", std::to_string(master_port)});
-        if (backend == "nccl") args.insert(args.end(), {"--device", std::to_string(device + r)});
-        other_ranks.spawn(std::move(args));
+        if (backend == backends::kNccl)
+          args.insert(args.end(), {"--device", std::to_string(device + r)});
+        other_ranks.spawn(args);
       }
     }
 
@@ -266,11 +262,11 @@ int main(int argc, char** argv) {
     for (const auto& name : checkpoint.names())
       tensors.emplace_back(name, checkpoint.tensor(name).clone());
     std::shared_ptr<trainer_sdk::SharedWeightArena> arena;
-    if (shm_window && backend != "shm") {
+    if (shm_window && backend != backends::kShm) {
       throw protocol::ValueError("--shm-window is for --backend shm");
     }
     if (shm_arena) {
-      if (backend != "shm") throw protocol::ValueError("--shm-arena is for --backend shm");
+      if (backend != backends::kShm) throw protocol::ValueError("--shm-arena is for --backend shm");
       // Trained in place there from now on: each step writes the bytes the workers will read.
       std::vector<protocol::ParamMeta> meta;
       for (const auto& [name, t] : tensors)
@@ -323,33 +319,34 @@ int main(int argc, char** argv) {
       params.timeout = timeout;
       params.trainer_ranks = ranks;
     };
-    if (backend == "gloo") {
+    if (backend == backends::kGloo) {
       trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, rank);
       with_flags(info);
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == "nccl") {
+    } else if (backend == backends::kNccl) {
       trainer_sdk::NcclTrainerInitInfo info(master_address, master_port, world_size, rank);
       with_flags(info);
       info.device = device;
       info.use_unique_id = nccl_unique_id;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == "ipc") {
+    } else if (backend == backends::kIpc) {
       trainer_sdk::IpcTrainerInitInfo info(rank);
       info.packed = packed;
       info.packed_buffer_size_bytes = buffer_size;
       info.device = device;
+      info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == "sparse_gloo") {
+    } else if (backend == backends::kSparseGloo) {
       trainer_sdk::SparseGlooTrainerInitInfo info(master_address, master_port, world_size, rank);
       info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
-    } else if (backend == "sparse_nccl") {
+    } else if (backend == backends::kSparseNccl) {
       trainer_sdk::SparseNcclTrainerInitInfo info(master_address, master_port, world_size, rank);
       info.timeout = timeout;
       info.device = device;
       info.use_unique_id = nccl_unique_id;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
-    } else if (backend == "disk") {
+    } else if (backend == backends::kDisk) {
       if (disk_dir.empty()) {
         owned_disk_dir = std::filesystem::temp_directory_path() /
                          ("hotswap-trainer-" + std::to_string(::getpid()));
@@ -358,7 +355,7 @@ int main(int argc, char** argv) {
       trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), rank);
       info.timeout = timeout;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == "shm") {
+    } else if (backend == backends::kShm) {
       trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), rank);
       info.packed_buffer_size_bytes = buffer_size;
       info.timeout = timeout;
@@ -366,15 +363,15 @@ int main(int argc, char** argv) {
       info.stream_window = shm_window;
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else {
-      throw protocol::ValueError("unknown --backend '" + backend +
-                                 "' (gloo, shm, sparse_gloo, disk, nccl, sparse_nccl or ipc)");
+      throw protocol::ValueError("unknown --backend '" + backend + "' (" + backend_list(", ") +
+                                 ")");
     }
 
     for (int round = 1; round <= rounds; ++round) {
       std::string version = "round-" + std::to_string(round);
       std::uint64_t bytes = 0;
-      // Set where the sync begins: the simulated step before it is the trainer's compute (it
-      // was once timed with the sync, which overstated a round by the step's cost).
+      // Set where the sync begins: the simulated step before it is the trainer's compute, not
+      // part of the sync.
       Clock::time_point start;
       if (backend.starts_with("sparse_")) {
         // A deterministic sparse delta: a few elements of every tensor of two dimensions.

@@ -4,6 +4,7 @@
 // Every call releases the GIL while it waits on the workers: a trainer's other Python threads
 // (a data loader, a logger) keep running through a push.
 #include "protocol/errors.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
 #include "trainer_sdk/python/bindings/conversions.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
@@ -149,7 +150,8 @@ void bind_clients(py::module_& m) {
              return std::make_shared<ZmqWeightSyncClient>(
                  std::move(endpoint), timeout_argument(timeout, "timeout"), std::move(keys));
            }),
-           py::arg("endpoint"), py::arg("timeout") = 300.0, py::arg("curve") = py::none())
+           py::arg("endpoint"), py::arg("timeout") = protocol::kDefaultTimeoutSeconds,
+           py::arg("curve") = py::none())
       .def(
           "call",
           [](const ZmqWeightSyncClient& self, const std::string& method, const py::object& params) {
@@ -192,7 +194,7 @@ void bind_clients(py::module_& m) {
              }
              return std::make_shared<FanOutClient>(std::move(clients));
            }),
-           py::arg("workers"), py::arg("timeout") = 300.0)
+           py::arg("workers"), py::arg("timeout") = protocol::kDefaultTimeoutSeconds)
       .def_property_readonly("workers", &FanOutClient::workers)
       .def("inference_world_size", &FanOutClient::inference_world_size,
            py::call_guard<py::gil_scoped_release>(),

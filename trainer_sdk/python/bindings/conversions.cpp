@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "protocol/errors.hpp"
+#include "protocol/timeouts.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::python {
@@ -48,7 +49,7 @@ std::chrono::milliseconds timeout_argument(double seconds, const std::string& wh
     throw protocol::ValueError(what + " must be a positive number of seconds up to a year, got " +
                                std::to_string(seconds));
   }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+  return protocol::to_milliseconds(seconds);
 }
 
 at::Tensor tensor_argument(py::handle value, const std::string& what) {

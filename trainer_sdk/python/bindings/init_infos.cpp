@@ -4,9 +4,11 @@
 #include <chrono>
 
 #include "protocol/errors.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/gloo_trainer_init_info.hpp"
 #include "trainer_sdk/ipc_trainer_engine.hpp"
+#include "trainer_sdk/nccl_trainer_init_info.hpp"
 #include "trainer_sdk/python/bindings/conversions.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
@@ -89,8 +91,8 @@ void bind_init_infos(py::module_& m) {
   gloo.def(py::init(&broadcast_info<GlooTrainerInitInfo>), py::arg("master_address"),
            py::arg("master_port"), py::arg("world_size"), py::kw_only(), py::arg("rank"),
            py::arg("packed") = true, py::arg("packed_buffer_size_bytes") = packed_default,
-           py::arg("packed_num_buffers") = buffers_default, py::arg("timeout") = 300.0,
-           py::arg("trainer_ranks") = 1);
+           py::arg("packed_num_buffers") = buffers_default,
+           py::arg("timeout") = protocol::kDefaultTimeoutSeconds, py::arg("trainer_ranks") = 1);
   broadcast_fields(gloo);
 
   py::class_<NcclTrainerInitInfo, TrainerInitInfo> nccl(
@@ -108,8 +110,9 @@ void bind_init_infos(py::module_& m) {
            py::arg("master_address"), py::arg("master_port"), py::arg("world_size"), py::kw_only(),
            py::arg("rank"), py::arg("packed") = true,
            py::arg("packed_buffer_size_bytes") = packed_default,
-           py::arg("packed_num_buffers") = buffers_default, py::arg("timeout") = 300.0,
-           py::arg("trainer_ranks") = 1, py::arg("device") = 0, py::arg("use_unique_id") = false)
+           py::arg("packed_num_buffers") = buffers_default,
+           py::arg("timeout") = protocol::kDefaultTimeoutSeconds, py::arg("trainer_ranks") = 1,
+           py::arg("device") = 0, py::arg("use_unique_id") = false)
       .def_readwrite("device", &NcclTrainerInitInfo::device)
       .def_readwrite("use_unique_id", &NcclTrainerInitInfo::use_unique_id);
   broadcast_fields(nccl);
@@ -133,7 +136,8 @@ void bind_init_infos(py::module_& m) {
                     return info;
                   }),
                   py::arg("master_address"), py::arg("master_port"), py::arg("world_size"),
-                  py::kw_only(), py::arg("rank"), py::arg("timeout") = 300.0);
+                  py::kw_only(), py::arg("rank"),
+                  py::arg("timeout") = protocol::kDefaultTimeoutSeconds);
   sparse_fields(sparse_gloo);
 
   py::class_<SparseNcclTrainerInitInfo, TrainerInitInfo> sparse_nccl(
@@ -149,8 +153,8 @@ void bind_init_infos(py::module_& m) {
              return info;
            }),
            py::arg("master_address"), py::arg("master_port"), py::arg("world_size"), py::kw_only(),
-           py::arg("rank"), py::arg("timeout") = 300.0, py::arg("device") = 0,
-           py::arg("use_unique_id") = false)
+           py::arg("rank"), py::arg("timeout") = protocol::kDefaultTimeoutSeconds,
+           py::arg("device") = 0, py::arg("use_unique_id") = false)
       .def_readwrite("device", &SparseNcclTrainerInitInfo::device)
       .def_readwrite("use_unique_id", &SparseNcclTrainerInitInfo::use_unique_id);
   sparse_fields(sparse_nccl);
@@ -174,7 +178,7 @@ void bind_init_infos(py::module_& m) {
          py::arg("num_workers"), py::kw_only(), py::arg("rank"),
          py::arg("packed_buffer_size_bytes") = ShmTrainerInitInfo(1, 0).packed_buffer_size_bytes,
          py::arg("num_buffers") = 2, py::arg("arena") = nullptr, py::arg("stream_window") = false,
-         py::arg("timeout") = 300.0)
+         py::arg("timeout") = protocol::kDefaultTimeoutSeconds)
       .def_readwrite("num_workers", &ShmTrainerInitInfo::num_workers)
       .def_readwrite("packed_buffer_size_bytes", &ShmTrainerInitInfo::packed_buffer_size_bytes)
       .def_readwrite("num_buffers", &ShmTrainerInitInfo::num_buffers)
@@ -209,7 +213,8 @@ void bind_init_infos(py::module_& m) {
              info->timeout = timeout_of(timeout);
              return info;
            }),
-           py::arg("directory"), py::kw_only(), py::arg("rank"), py::arg("timeout") = 300.0)
+           py::arg("directory"), py::kw_only(), py::arg("rank"),
+           py::arg("timeout") = protocol::kDefaultTimeoutSeconds)
       .def_property(
           "directory", [](const DiskTrainerInitInfo& info) { return info.directory.string(); },
           [](DiskTrainerInitInfo& info, const std::string& path) { info.directory = path; });

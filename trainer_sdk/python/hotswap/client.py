@@ -42,6 +42,7 @@ CONTROL_METHODS = (
     "completions",
     "models",
     "health",
+    "metrics",
     "shutdown",
 )
 

@@ -1,0 +1,354 @@
+#include "worker/frontends/control_server.hpp"
+
+#include <zmq_addon.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include "worker/log_line.hpp"
+
+#include "protocol/control_methods.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/jsonrpc.hpp"
+
+namespace hotswap::worker {
+namespace {
+
+bool is_loopback(const std::string& endpoint) {
+  return endpoint.starts_with("tcp://127.") || endpoint.starts_with("tcp://localhost:") ||
+         endpoint.starts_with("tcp://[::1]") || endpoint.starts_with("ipc://") ||
+         endpoint.starts_with("inproc://");
+}
+
+std::string read_key_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string key;
+  in >> key;
+  if (key.size() != 40) {
+    throw protocol::ValueError("CURVE key file " + path.string() +
+                               " must hold a 40-character Z85 key");
+  }
+  return key;
+}
+
+constexpr const char* kMonitorEndpoint = "inproc://hotswap-control-monitor";
+
+}  // namespace
+
+ControlServer::ControlServer(WorkerService& service, const WorkerOptions& options)
+    : service_(service),
+      max_request_bytes_(options.max_request_bytes),
+      debug_(options.log_level == "debug"),
+      warn_(options.log_level != "error"),
+      context_(1),
+      socket_(context_, zmq::socket_type::router),
+      pool_(kPoolThreads, options.max_queued_requests) {
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::router_mandatory, 0);  // a client that went away is not an error
+  // Frames a little over the limit are read and answered -32600; ZeroMQ drops the connection
+  // of one far beyond it before buffering it, so no client can make the worker hold gigabytes.
+  const auto hard_cap = static_cast<std::int64_t>(
+      std::min<std::size_t>(max_request_bytes_, std::size_t(1) << 61) * 2 + (1 << 20));
+  socket_.set(zmq::sockopt::maxmsgsize, hard_cap);
+  const bool curve = !options.curve_secret_key_file.empty();
+  if (curve) {
+    if (options.curve_authorized_keys.empty() && !options.curve_allow_any_client) {
+      throw protocol::ValueError(
+          "--curve-secret-key-file without --curve-authorized-keys would let any client key "
+          "connect; name the authorized keys' directory, or pass --curve-allow-any-client to "
+          "encrypt without authenticating clients");
+    }
+    std::string secret = read_key_file(options.curve_secret_key_file);
+    if (!options.curve_authorized_keys.empty()) start_zap_handler(options.curve_authorized_keys);
+    socket_.set(zmq::sockopt::curve_server, 1);
+    socket_.set(zmq::sockopt::curve_secretkey, secret);
+  } else if (!is_loopback(options.control)) {
+    LogLine{} << "hotswap-worker: warning: the control socket " << options.control
+              << " is reachable beyond this host without CURVE authentication; anyone who can "
+                 "connect can replace the weights (see --curve-secret-key-file)\n";
+  }
+  // Disconnections, to cancel the generate requests of clients that went away.
+  if (zmq_socket_monitor(socket_.handle(), kMonitorEndpoint, ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw protocol::RuntimeError(std::string("cannot monitor the control socket: ") +
+                                 zmq_strerror(zmq_errno()));
+  }
+  monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(kMonitorEndpoint);
+  try {
+    socket_.bind(options.control);
+  } catch (const zmq::error_t& e) {
+    throw protocol::RuntimeError("cannot bind the control socket to " + options.control + ": " +
+                                 e.what());
+  }
+  endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+}
+
+ControlServer::~ControlServer() {
+  pool_.stop();
+  zmq_socket_monitor(socket_.handle(), nullptr, 0);
+  zap_stop_ = true;
+  if (zap_thread_.joinable()) zap_thread_.join();
+}
+
+// ZeroMQ's authentication protocol (ZAP, RFC 27): the library asks this handler whether a CURVE
+// client's public key may connect. Only keys found in the authorized directory may.
+void ControlServer::start_zap_handler(const std::string& authorized_keys_dir) {
+  std::set<std::string> allowed;
+  for (const auto& entry : std::filesystem::directory_iterator(authorized_keys_dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::string z85 = read_key_file(entry.path());
+    std::string raw(32, '\0');
+    if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
+      throw protocol::ValueError("CURVE key file " + entry.path().string() + " is not valid Z85");
+    }
+    allowed.insert(raw);
+  }
+  zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+  zap_.bind("inproc://zeromq.zap.01");
+  zap_thread_ = std::thread([this, allowed] {
+    while (!zap_stop_) {
+      zmq::pollitem_t item{zap_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
+      std::vector<zmq::message_t> request;
+      if (!zmq::recv_multipart(zap_, std::back_inserter(request)) || request.size() < 7) continue;
+      bool ok = request[5].to_string() == "CURVE" && allowed.contains(request[6].to_string());
+      std::array<zmq::const_buffer, 6> reply{
+          zmq::str_buffer("1.0"),
+          zmq::buffer(request[1].data(), request[1].size()),
+          ok ? zmq::str_buffer("200") : zmq::str_buffer("400"),
+          ok ? zmq::str_buffer("OK") : zmq::str_buffer("client key not authorized"),
+          zmq::str_buffer(""),
+          zmq::str_buffer("")};
+      zmq::send_multipart(zap_, reply);
+    }
+  });
+}
+
+void ControlServer::send(Reply reply) {
+  std::vector<zmq::message_t> frames = std::move(reply.envelope);
+  frames.emplace_back(reply.body);
+  zmq::send_multipart(socket_, frames, zmq::send_flags::dontwait);
+}
+
+void ControlServer::complete(Reply reply) {
+  {
+    std::lock_guard lock(mutex_);
+    done_.push_back(std::move(reply));
+  }
+  completions_.notify();
+}
+
+void ControlServer::flush() {
+  completions_.drain();
+  std::deque<Reply> ready;
+  {
+    std::lock_guard lock(mutex_);
+    ready.swap(done_);
+  }
+  for (auto& r : ready) {
+    if (r.ticket != 0) connection_of_ticket_.erase(r.ticket);
+    send(std::move(r));
+  }
+}
+
+std::string ControlServer::run_call(const protocol::RpcRequest& request) {
+  auto start = std::chrono::steady_clock::now();
+  auto answer = protocol::answer_request(
+      request, [&] { return service_.call(request.method, request.params); });
+  if (debug_ || (warn_ && answer.error)) {
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    LogLine{} << "hotswap-worker: " << request.method << " " << ms << " ms "
+              << (answer.error ? "error: " + *answer.error : std::string("ok"));
+  }
+  return std::move(answer.frame);
+}
+
+void ControlServer::start_generate(const protocol::RpcRequest& request, Reply reply,
+                                   int connection) {
+  // std::function needs a copyable callable; the routing frames are move-only.
+  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
+  auto ticket = std::make_shared<std::uint64_t>(0);
+  const auto id = request.id;
+  const auto id_text = request.id_text;
+  try {
+    *ticket = service_.generate_async(
+        request.params,
+        [this, envelope, ticket, id, id_text](nlohmann::json result, std::exception_ptr error) {
+          Reply out{std::move(*envelope), {}, *ticket};
+          if (error) {
+            try {
+              std::rethrow_exception(error);
+            } catch (const std::exception& e) {
+              out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
+              if (warn_) LogLine{} << "hotswap-worker: generate error: " << e.what();
+            }
+          } else {
+            out.body = protocol::reply_frame(protocol::make_result(id, std::move(result)), id_text);
+          }
+          complete(std::move(out));
+        });
+  } catch (const std::exception& e) {
+    // Refused at once (bad params, dirty model, full queue): nothing was queued.
+    send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
+    if (warn_) LogLine{} << "hotswap-worker: generate error: " << e.what();
+    return;
+  }
+  // The completion may already be queued; flush, on this same thread, forgets the ticket after
+  // this line has remembered it.
+  if (connection >= 0) connection_of_ticket_.emplace(*ticket, connection);
+}
+
+void ControlServer::start_completion(const protocol::RpcRequest& request, Reply reply,
+                                     int connection) {
+  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
+  const auto id = request.id;
+  const auto id_text = request.id_text;
+  std::shared_ptr<CompletionRun> run;
+  try {
+    run = service_.start_whole_completion(request.params);
+  } catch (const std::exception& e) {
+    send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
+    if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
+    return;
+  }
+  const auto ticket = run->first_ticket();
+  // Weakly: the run owns the callback, which must not keep the run alive.
+  std::weak_ptr<CompletionRun> weak = run;
+  run->when_done([this, envelope, weak, ticket, id, id_text] {
+    // The last choice ended on the scheduler's thread, under its lock: the reply (every logprob
+    // token decoded) is built on a pool thread, so that generation does not wait for it.
+    std::function<void()> answer = [this, envelope, run = weak.lock(), ticket, id, id_text] {
+      Reply out{std::move(*envelope), {}, ticket};
+      try {
+        if (!run) throw protocol::RuntimeError("the completion was dropped");
+        out.body = protocol::reply_frame(protocol::make_result(id, nlohmann::json(run->response())),
+                                         id_text);
+      } catch (const std::exception& e) {
+        out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
+        if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
+      }
+      complete(std::move(out));
+    };
+    if (!pool_.try_submit(answer)) answer();  // a full pool: build it here rather than lose it
+  });
+  if (connection >= 0) connection_of_ticket_.emplace(ticket, connection);
+}
+
+void ControlServer::handle(std::vector<zmq::message_t> frames) {
+  if (frames.size() < 2) return;  // no routing identity: nothing to answer
+  Reply reply;
+  // The descriptor of the connection this frame came on (-1 where there is none, inproc).
+  const int connection = frames.back().get(ZMQ_SRCFD);
+  std::string body = frames.back().to_string();
+  frames.pop_back();
+  reply.envelope = std::move(frames);
+
+  protocol::RpcRequest request;
+  try {
+    request = protocol::parse_request(body, max_request_bytes_);
+  } catch (const protocol::RpcRequestError& e) {
+    reply.body = protocol::reply_frame(protocol::make_error(e.id(), e), e.id_text());
+    send(std::move(reply));
+    if (warn_) LogLine{} << "hotswap-worker: refused a request: " << e.what();
+    return;
+  }
+  body.clear();
+  const protocol::ControlMethod* method = protocol::find_control_method(request.method);
+  // generate runs in its asynchronous form: it holds no thread while the scheduler works on it,
+  // and stops when its connection goes.
+  if (request.method == protocol::methods::kGenerate) {
+    start_generate(request, std::move(reply), connection);
+    return;
+  }
+  if (request.method == protocol::methods::kCompletions) {
+    start_completion(request, std::move(reply), connection);
+    return;
+  }
+  // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.
+  if (method == nullptr || !method->long_running) {
+    reply.body = run_call(request);
+    send(std::move(reply));
+    return;
+  }
+  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
+  std::function<void()> task = [this, request, envelope] {
+    complete(Reply{std::move(*envelope), run_call(request)});
+  };
+  const bool queued = pool_.try_submit(task);
+  if (!queued) {
+    protocol::OverloadedError overloaded(
+        "the worker is overloaded: " + std::to_string(pool_.max_queued()) +
+        " calls are already waiting " + "for one of its " + std::to_string(kPoolThreads) +
+        " threads (--max-queued-requests); retry later");
+    send(Reply{
+        std::move(*envelope),
+        protocol::reply_frame(protocol::make_error(request.id, overloaded), request.id_text)});
+  }
+}
+
+void ControlServer::on_monitor_event() {
+  while (true) {
+    std::vector<zmq::message_t> event;
+    if (!zmq::recv_multipart(monitor_, std::back_inserter(event), zmq::recv_flags::dontwait)) {
+      return;
+    }
+    // Frame one: the event (uint16) and its value (uint32: the connection's descriptor).
+    if (event.empty() || event[0].size() < 6) continue;
+    std::uint16_t kind = 0;
+    std::uint32_t value = 0;
+    std::memcpy(&kind, event[0].data(), sizeof kind);
+    std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
+    if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+    for (auto it = connection_of_ticket_.begin(); it != connection_of_ticket_.end();) {
+      if (it->second != static_cast<int>(value)) {
+        ++it;
+        continue;
+      }
+      service_.cancel_generate(it->first);  // its reply still comes, and goes nowhere
+      it = connection_of_ticket_.erase(it);
+    }
+  }
+}
+
+void ControlServer::run(const EventFd& stop) {
+  while (!service_.shutdown_requested()) {
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, completions_.fd(), ZMQ_POLLIN, 0},
+                               {nullptr, stop.fd(), ZMQ_POLLIN, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 4, std::chrono::milliseconds(-1));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // a signal; its eventfd is read on the next round
+      throw;
+    }
+    if (items[2].revents & ZMQ_POLLIN) break;
+    if (items[1].revents & ZMQ_POLLIN) flush();
+    if (items[3].revents & ZMQ_POLLIN) on_monitor_event();
+    if (items[0].revents & ZMQ_POLLIN) {
+      while (true) {
+        std::vector<zmq::message_t> frames;
+        if (!zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+          break;
+        }
+        // Whatever one request does, the loop serves the next: an error that escapes the
+        // handling of a request (say, a reply that cannot be built) costs that request only.
+        try {
+          handle(std::move(frames));
+        } catch (const std::exception& e) {
+          LogLine{} << "hotswap-worker: could not answer a request: " << e.what();
+        }
+      }
+    }
+  }
+  // Calls in progress finish and are answered; generate requests end as aborted; nothing new
+  // is taken.
+  pool_.stop();
+  service_.stop_generation();
+  flush();
+}
+
+}  // namespace hotswap::worker

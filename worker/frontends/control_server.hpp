@@ -1,0 +1,86 @@
+// ControlServer: the worker's ZeroMQ ROUTER socket speaking the pinned JSON-RPC 2.0 protocol.
+// Any number of clients (REQ or DEALER) at once. Quick methods are answered on the socket
+// thread; `generate` is handed to the scheduler and answered when it completes, holding no
+// thread meanwhile; the other long calls (a transfer, hashing, a drain) run on a small fixed
+// pool. Their replies come back through an eventfd, so health, weight_info, is_paused and
+// generate keep being answered while an update_weights is in progress.
+//
+// Bounded everywhere: a frame over --max-request-bytes is refused (-32600) and one far beyond
+// it is dropped by ZeroMQ before it is read; at most --max-queued-requests long calls wait for a
+// thread (past it, -32002 overloaded); a client that disconnects cancels its generate requests.
+// Optional CURVE authentication, which refuses unknown clients unless told otherwise.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "protocol/jsonrpc.hpp"
+#include "worker/event_fd.hpp"
+#include "worker/frontends/bounded_thread_pool.hpp"
+#include "worker/worker_options.hpp"
+#include "worker/worker_service.hpp"
+
+namespace hotswap::worker {
+
+class ControlServer {
+ public:
+  // Long calls run on this many threads; the rest wait in a queue.
+  static constexpr std::size_t kPoolThreads = 4;
+
+  ControlServer(WorkerService& service, const WorkerOptions& options);
+  ~ControlServer();
+
+  // The bound endpoint (a `tcp://host:*` wildcard resolved to its port).
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Serves until `stop` is notified or a client calls `shutdown`; then waits for the calls in
+  // progress to finish.
+  void run(const EventFd& stop);
+
+ private:
+  struct Reply {
+    std::vector<zmq::message_t> envelope;  // routing identity (+ empty delimiter)
+    std::string body;
+    std::uint64_t ticket = 0;  // a generate's, to forget once answered
+  };
+
+  void handle(std::vector<zmq::message_t> frames);
+  void start_generate(const protocol::RpcRequest& request, Reply reply, int connection);
+  void start_completion(const protocol::RpcRequest& request, Reply reply, int connection);
+  void send(Reply reply);
+  void complete(Reply reply);  // from any thread: queue it for the socket thread
+  void flush();
+  void on_monitor_event();
+  void start_zap_handler(const std::string& authorized_keys_dir);
+  std::string run_call(const protocol::RpcRequest& request);
+
+  WorkerService& service_;
+  std::size_t max_request_bytes_;
+  bool debug_;  // --log-level debug: one line per call
+  bool warn_;   // every level but error: one line per failed call
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // the socket's DISCONNECTED events
+  std::string endpoint_;
+  EventFd completions_;
+  std::mutex mutex_;
+  std::deque<Reply> done_;
+  // Generate and completions requests still running, and the descriptor of the connection each came
+  // on: a client that disconnects cancels them. Touched by the socket thread only.
+  std::map<std::uint64_t, int> connection_of_ticket_;
+
+  BoundedThreadPool pool_;  // the long calls'
+  zmq::socket_t zap_;
+  std::thread zap_thread_;
+  std::atomic<bool> zap_stop_{false};
+};
+
+}  // namespace hotswap::worker

@@ -1,0 +1,321 @@
+#include "worker/frontends/http_server.hpp"
+
+#include <cctype>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "protocol/bounded_json.hpp"
+#include "protocol/control_methods.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/timeouts.hpp"
+#include "worker/frontends/http_listener.hpp"
+#include "worker/log_line.hpp"
+#include "worker/serving/completion_service.hpp"
+#include "worker/serving/serving_metrics.hpp"
+
+namespace hotswap::worker {
+namespace {
+
+using nlohmann::json;
+
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse response;
+  response.status = status;
+  // Invalid UTF-8 quoted in a message is replaced, never a failed reply.
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return response;
+}
+
+HttpResponse openai_error_response(const std::exception& e) {
+  auto error = openai_error(e);
+  return json_response(error.status, error.body);
+}
+
+// FastAPI's answers for a path no route has, and a route asked with another method.
+HttpResponse not_found() {
+  return json_response(404, {{"detail", "Not Found"}});
+}
+HttpResponse method_not_allowed(const std::string& allow) {
+  HttpResponse response = json_response(405, {{"detail", "Method Not Allowed"}});
+  response.headers.emplace_back("Allow", allow);
+  return response;
+}
+
+// The media type of a Content-Type header: lower-cased, parameters dropped.
+std::string media_type(const HttpRequest& request) {
+  std::string type = request.header("content-type").value_or("");
+  type = type.substr(0, type.find(';'));
+  std::string out;
+  for (char c : type) {
+    if (c != ' ' && c != '\t')
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// The JSON body of a POST: {} when empty; a 400 (as vLLM's routes answer) when it is not a
+// JSON object or nests too deep.
+std::optional<json> body_of(const HttpRequest& req, HttpResponse& res) {
+  if (req.body.empty()) return json::object();
+  auto parsed = protocol::parse_bounded_json(req.body);
+  if (parsed.refusal == protocol::JsonRefusal::kTooDeep) {
+    res = json_error(400, "Invalid JSON format: the body " + parsed.reason, "ValueError");
+    return std::nullopt;
+  }
+  if (!parsed.ok()) {
+    res = json_error(400, "Invalid JSON format", "ValueError");
+    return std::nullopt;
+  }
+  json body = std::move(parsed.value);
+  if (!body.is_object()) {
+    res = json_error(400, "Request body must be a JSON object", "ValueError");
+    return std::nullopt;
+  }
+  return body;
+}
+
+// The JSON body of an OpenAI-compatible route, refused in vLLM's error object.
+std::optional<json> openai_body_of(const HttpRequest& req, HttpResponse& res) {
+  if (req.body.empty()) return json::object();
+  auto parsed = protocol::parse_bounded_json(req.body);
+  if (!parsed.ok() || !parsed.value.is_object()) {
+    res = openai_error_response(protocol::ValueError(parsed.ok()
+                                                         ? "the request body must be a JSON object"
+                                                         : "the request body " + parsed.reason));
+    return std::nullopt;
+  }
+  return std::move(parsed.value);
+}
+
+// Server-sent events: one `data: <chunk>` per chunk as the run produces it, then
+// `data: [DONE]`. A client that hangs up cancels the run.
+void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
+  res.content_type = "text/event-stream";
+  res.headers.emplace_back("Cache-Control", "no-cache");
+  res.stream = [run](ChunkSink& sink) {
+    for (;;) {
+      bool finished = false;
+      for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished)) {
+        if (!sink.write("data: " + chunk + "\n\n")) return run->cancel();
+      }
+      if (finished) {
+        if (!sink.write("data: [DONE]\n\n")) run->cancel();
+        return;
+      }
+      if (sink.peer_gone()) return run->cancel();  // the client went away mid-stream
+    }
+  };
+}
+
+// A query-string value as FastAPI reads a bool parameter, if it reads as one.
+std::optional<bool> query_bool(const std::string& text) {
+  std::string lower;
+  for (char c : text)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
+  return std::nullopt;
+}
+
+// Adds the query fields of `method` to `params`, each checked on its own so that a bad one is
+// answered with a 400 naming it (`param: "query.mode"`), as vLLM's query validation does. A
+// value is the string itself where the method takes a string there, else the boolean it spells.
+bool read_query(const protocol::ControlMethod& method, const HttpRequest& req, HttpResponse& res,
+                json& params) {
+  for (std::string_view field : method.query_fields) {
+    const std::string key(field);
+    const auto text = req.query_value(key);
+    if (!text) continue;
+    try {
+      method.validate(json{{key, *text}});
+      params[key] = *text;
+      continue;
+    } catch (const protocol::ValueError& as_text) {
+      if (auto flag = query_bool(*text)) {
+        try {
+          method.validate(json{{key, *flag}});
+          params[key] = *flag;
+          continue;
+        } catch (const protocol::ValueError&) {
+        }
+      }
+      const std::string message = as_text.what();
+      res = json_response(
+          400,
+          {{"error", {{"message", message}, {"type", "ValueError"}, {"param", "query." + key}}},
+           {"detail", message}});
+      return false;
+    }
+  }
+  return true;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host.starts_with("127.") || host == "localhost" || host == "::1";
+}
+
+// Compares without an early exit, so that the time taken says nothing about the key.
+bool same_secret(const std::string& given, const std::string& expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
+// A probe's route (control_methods.hpp): no API key, and the probes' own pool.
+bool is_probe_route(const std::string& path) {
+  for (const auto& m : protocol::control_methods()) {
+    if (m.probe && m.http_route == path) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// The route table: a path's handler per method.
+struct HttpServer::Routes {
+  using Route = std::function<HttpResponse(HttpRequest&)>;
+  std::map<std::string, std::map<std::string, Route>> by_path;
+};
+
+HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
+    : service_(service), routes_(std::make_unique<Routes>()) {
+  const std::string& host = options.http_host;
+  const int port = options.http_port;
+  if (!is_loopback_host(host) && options.api_key.empty()) {
+    LogLine{} << "hotswap-worker: warning: the HTTP routes on " << host << ":" << port
+              << " are reachable beyond this host without an API key; anyone who can connect "
+                 "can replace or read the weights (see --api-key)\n";
+  }
+  auto call = [this](const protocol::ControlMethod& method, const json& params,
+                     const std::function<bool()>& caller_gone = {}) {
+    try {
+      json result = service_.call(std::string(method.name), params, caller_gone);
+      if (!method.http_content_type.empty()) {  // the result's text is the body
+        HttpResponse res;
+        res.content_type = std::string(method.http_content_type);
+        res.body = result.at("text").get<std::string>();
+        return res;
+      }
+      return json_response(200, result);
+    } catch (const std::exception& e) {
+      return json_error(protocol::http_status(e), e.what(),
+                        std::string(protocol::error_type_name(e)));
+    }
+  };
+  // vLLM's OpenAI-compatible routes: their errors in OpenAI's error object, and completions
+  // answered whole or streamed.
+  auto openai = [this](const protocol::ControlMethod* m) {
+    return [this, m](HttpRequest& req) {
+      HttpResponse res;
+      if (m->http_verb == protocol::HttpVerb::kPost && media_type(req) != "application/json") {
+        // vLLM's validate_json_request, answered as its RequestValidationError handler does.
+        const std::string message =
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed";
+        return json_response(
+            400,
+            {{"error",
+              {{"message", message}, {"type", "Bad Request"}, {"param", nullptr}, {"code", 400}}}});
+      }
+      auto body = openai_body_of(req, res);
+      if (!body) return res;
+      try {
+        if (m->name == protocol::methods::kModels) {  // in vLLM's key order
+          res.body = service_.models().dump();
+          return res;
+        }
+        if (m->name != protocol::methods::kCompletions) {
+          return json_response(
+              200, service_.call(std::string(m->name), *body, [&req] { return req.peer_gone(); }));
+        }
+        // vLLM names a completion after the X-Request-Id header, over the body's request_id.
+        if (auto id = req.header("x-request-id")) (*body)["request_id"] = *id;
+        auto run = service_.start_completion(*body, [&req] { return req.peer_gone(); });
+        if (run->streaming()) {
+          stream_completion(res, std::move(run));
+          return res;
+        }
+        return json_response(200, run->wait([&req] { return req.peer_gone(); }));
+      } catch (const std::exception& e) {
+        return openai_error_response(e);
+      }
+    };
+  };
+  // Every route of the control-method table; its params come from the JSON body or the query.
+  for (const auto& method : protocol::control_methods()) {
+    if (method.http_verb == protocol::HttpVerb::kNone) continue;
+    const protocol::ControlMethod* m = &method;  // the table lives as long as the process
+    const std::string verb = m->http_verb == protocol::HttpVerb::kGet ? "GET" : "POST";
+    auto& slot = routes_->by_path[std::string(m->http_route)][verb];
+    if (m->openai) {
+      slot = openai(m);
+      continue;
+    }
+    slot = [call, m](HttpRequest& req) {
+      HttpResponse res;
+      // A POST's body is JSON or nothing. hotswap's guard, beyond vLLM's (which checks only its
+      // OpenAI routes): a web page's form or text/plain POST cannot reach these routes.
+      const std::string type = media_type(req);
+      if (m->http_verb == protocol::HttpVerb::kPost &&
+          !(type == "application/json" || (type.empty() && req.body.empty()))) {
+        return json_error(415,
+                          "Unsupported Media Type: Only 'application/json' is allowed (got '" +
+                              req.header("content-type").value_or("") + "')",
+                          "UnsupportedMediaType");
+      }
+      if (m->takes_json_body) {
+        auto body = body_of(req, res);
+        if (!body) return res;
+        if (!read_query(*m, req, res, *body)) return res;
+        std::function<bool()> caller_gone;
+        if (m->cancelled_when_caller_leaves) caller_gone = [&req] { return req.peer_gone(); };
+        return call(*m, *body, caller_gone);
+      }
+      json params = json::object();
+      if (!read_query(*m, req, res, params)) return res;
+      return call(*m, params);
+    };
+  }
+
+  const std::string api_key = options.api_key;
+  HttpListener::Options listen;
+  listen.host = host;
+  listen.port = port;
+  listen.threads = options.http_threads;
+  listen.max_queued = options.max_queued_requests;
+  listen.limits.max_body_bytes = options.max_request_bytes;
+  listen.limits.header_timeout = protocol::to_milliseconds(options.http_header_timeout_seconds);
+  listen.limits.body_timeout = protocol::to_milliseconds(options.http_body_timeout_seconds);
+  listener_ = std::make_unique<HttpListener>(
+      listen,
+      [this, api_key](HttpRequest& req) -> HttpResponse {
+        // vLLM's --api-key: every route but the probes (the health check and the metrics).
+        if (!api_key.empty() && !is_probe_route(req.path)) {
+          const std::string header = req.header("authorization").value_or("");
+          const std::string scheme = "Bearer ";
+          if (!header.starts_with(scheme) || !same_secret(header.substr(scheme.size()), api_key)) {
+            return json_response(401, {{"error", "Unauthorized"}});
+          }
+        }
+        auto path = routes_->by_path.find(req.path);
+        if (path == routes_->by_path.end()) return not_found();
+        auto route = path->second.find(req.method);
+        if (route == path->second.end()) {
+          std::string allow;
+          for (const auto& [verb, handler] : path->second)
+            allow += (allow.empty() ? "" : ", ") + verb;
+          return method_not_allowed(allow);
+        }
+        return route->second(req);
+      },
+      [](const HttpRequest& req) { return req.method == "GET" && is_probe_route(req.path); });
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::port() const {
+  return listener_->port();
+}
+
+}  // namespace hotswap::worker

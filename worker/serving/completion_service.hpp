@@ -1,0 +1,149 @@
+// CompletionService: vLLM's OpenAI-compatible completions on the worker's generation scheduler.
+// A request (protocol::CompletionParams) becomes one scheduler request per prompt and per `n`;
+// each choice detokenizes its tokens as they come (model_loader::IncrementalDetokenizer), ends
+// at a stop string, and is answered whole or streamed chunk by chunk, in vLLM's response shapes.
+// Asked (`return_weight_versions`, vLLM 0.34), every choice says which weight version produced
+// which of its tokens (`weight_versions`: {version, start, end} half-open spans over its output
+// tokens; streamed, in its last chunk), since a staged commit may land between two of its steps.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model_loader/model_config.hpp"
+#include "model_loader/tokenizer/tokenizer.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/method_params.hpp"
+#include "worker/serving/generation_scheduler.hpp"
+
+namespace hotswap::worker {
+
+// A request for a model the worker does not serve: vLLM's 404 NotFoundError (a ValueError over
+// ZeroMQ).
+class ModelNotFoundError : public protocol::ValueError {
+ public:
+  using protocol::ValueError::ValueError;
+};
+
+// One completion request in flight. Streamed: take() hands out each chunk as it is produced.
+// Whole: wait() returns the response. Either way it ends by itself at the worker's timeout.
+class CompletionRun {
+ public:
+  struct Choice;
+  CompletionRun(protocol::CompletionParams params, std::string model_name);
+  ~CompletionRun();
+
+  bool streaming() const { return params_.stream; }
+  // Streamed: waits up to `wait` for chunks (each a compact JSON text, to send as an SSE
+  // `data:` line). `finished` becomes true once every choice has ended and its last chunk is
+  // among those returned; the caller then sends `data: [DONE]`.
+  std::vector<std::string> take(std::chrono::milliseconds wait, bool& finished);
+  // Whole: the response once every choice has ended, or the error that ended one. Asks
+  // `caller_gone` now and then: true cancels the run.
+  nlohmann::ordered_json wait(const std::function<bool()>& caller_gone);
+  // The caller went away: ends every choice (finish_reason "abort").
+  void cancel();
+
+  // For callers that hold no thread while it runs (the ZeroMQ socket): `done` runs once every
+  // choice has ended (at once if they have), on the thread that ended the last one; it may call
+  // response() but nothing of the scheduler.
+  void when_done(std::function<void()> done);
+  // The whole response, or the error that ended a choice; only once every choice has ended.
+  nlohmann::ordered_json response() const;
+  // The scheduler ticket of the first choice: how the worker names the run to cancel it.
+  std::uint64_t first_ticket() const { return tickets_.empty() ? 0 : tickets_.front(); }
+
+ private:
+  friend class CompletionService;
+  nlohmann::ordered_json chunk(const Choice& c, std::string text, nlohmann::ordered_json logprobs,
+                               std::vector<std::int64_t> token_ids,
+                               const nlohmann::ordered_json& versions, bool last) const;
+  nlohmann::ordered_json usage() const;
+  // How a token reads in logprobs: its text, or "token_id:N" (return_tokens_as_token_ids, or no
+  // tokenizer).
+  std::string token_text(std::int64_t id) const;
+  // With echo, the prompt's logprobs (the first token has none) for `c`'s first chunk; JSON null
+  // without logprobs.
+  nlohmann::ordered_json logprobs_of(const Choice& c, bool with_prompt, std::size_t first_token,
+                                     std::size_t offset) const;
+  // Scheduler callbacks (its lock held; this takes mutex_ after it, never before).
+  bool on_token(Choice& c, const model_loader::Sequence& s,
+                const std::optional<std::string>& version);
+  void on_done(Choice& c, GenerateOutcome outcome);
+
+  protocol::CompletionParams params_;
+  std::size_t longest_stop_ = 0;  // of params_.stop: how much streamed text is held back
+  std::string model_name_;
+  std::string id_;
+  std::int64_t created_ = 0;
+  GenerationScheduler* scheduler_ = nullptr;
+  const model_loader::Tokenizer* tokenizer_ = nullptr;  // none: token ids only
+  std::vector<std::unique_ptr<Choice>> choices_;
+  std::vector<std::uint64_t> tickets_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::string> chunks_;
+  std::size_t open_ = 0;  // choices not yet ended
+  std::exception_ptr error_;
+  bool error_sent_ = false;
+  bool usage_sent_ = false;
+  std::function<void()> when_done_;
+};
+
+class CompletionService {
+ public:
+  // `tokenizer` may be null (token-id prompts only); it and `scheduler` must outlive the service.
+  CompletionService(GenerationScheduler& scheduler, const model_loader::Tokenizer* tokenizer,
+                    const model_loader::ModelConfig& config, std::string served_model_name,
+                    std::string model_root, std::chrono::milliseconds timeout);
+
+  const std::string& model_name() const { return model_name_; }
+  // GET /v1/models: vLLM's ModelList with the one model served.
+  nlohmann::ordered_json models() const;
+  // Validates, tokenizes and queues every choice; throws before anything runs on bad input
+  // (ValueError, ModelNotFoundError, RuntimeError, OverloadedError).
+  // `caller_gone` cancels the work before the run exists (tokenizing a long prompt).
+  std::shared_ptr<CompletionRun> start(const nlohmann::json& params,
+                                       const std::function<bool()>& caller_gone = {});
+  // Cancels the run whose first_ticket() is `ticket`; false when there is none (any more).
+  bool cancel(std::uint64_t ticket);
+
+ private:
+  GenerationScheduler& scheduler_;
+  const model_loader::Tokenizer* tokenizer_;
+  model_loader::ModelConfig config_;
+  std::string model_name_;
+  std::string model_root_;
+  std::chrono::milliseconds timeout_;
+  std::mutex runs_mutex_;
+  std::map<std::uint64_t, std::weak_ptr<CompletionRun>> runs_;  // by first ticket
+};
+
+// An error as vLLM's OpenAI-compatible server answers it: the HTTP status and
+// {"error": {message, type, param, code}}.
+struct OpenAiError {
+  int status = 500;
+  nlohmann::ordered_json body;
+};
+OpenAiError openai_error(const std::exception& e);
+
+// vLLM's limits on a prompt and its completion within the model's context (the messages of its
+// generate and completions routes); returns the max_tokens to use (`requested`, or what the
+// context leaves when none was asked for).
+std::int64_t fit_to_context(std::int64_t max_model_len, std::int64_t prompt_tokens,
+                            std::optional<std::int64_t> requested);
+
+}  // namespace hotswap::worker
