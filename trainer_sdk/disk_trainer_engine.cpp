@@ -6,8 +6,6 @@
 
 #include "model_loader/safetensors_writer.hpp"
 #include "protocol/errors.hpp"
-#include "trainer_sdk/async_call.hpp"
-#include "trainer_sdk/round_hook.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -28,10 +26,7 @@ std::unique_ptr<DiskTrainerEngine> DiskTrainerEngine::trainer_init(
   auto engine = std::make_unique<DiskTrainerEngine>(client, source, info);
   if (engine->is_sender()) {
     std::filesystem::create_directories(info.directory);
-    AsyncCall handshake(
-        [client] { client->init_weight_transfer_engine(nlohmann::json::object()); });
-    reach(RoundPoint::kInit);
-    handshake.wait(info.timeout, "init_weight_transfer_engine");
+    init_workers(client, nlohmann::json::object(), info.timeout);
   }
   return engine;
 }
@@ -48,13 +43,8 @@ void DiskTrainerEngine::send_weights() {
   std::filesystem::create_directories(dir);
   model_loader::save_safetensors((dir / "model.safetensors").string(), tensors);
   const nlohmann::json update_info = {{"path", dir.string()}};
-  run_round(round_version(), [&] {
-    auto shared_client = client_shared();
-    AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
-    // Every byte is on disk already: the workers read it inside this call.
-    reach_mid_update();
-    update.wait(info_.timeout, "update_weights");
-  });
+  // Every byte is on disk already: the workers read it inside the one update call.
+  run_round(round_version(), [&] { update_in_place(update_info, info_.timeout); });
   if (!previous_.empty()) std::filesystem::remove_all(previous_);
   previous_ = dir;
 }

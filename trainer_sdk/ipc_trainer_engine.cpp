@@ -3,9 +3,7 @@
 #include "protocol/chunk_plan.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/ipc_info.hpp"
-#include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
-#include "trainer_sdk/round_hook.hpp"
 #include "transport/cuda_ipc.hpp"
 #include "transport/device.hpp"
 
@@ -44,9 +42,7 @@ std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
         static_cast<std::size_t>(info.packed_buffer_size_bytes), info.device);
   }
   const nlohmann::json payload = protocol::IpcInitInfo{info.packed}.to_json();
-  AsyncCall handshake([client, payload] { client->init_weight_transfer_engine(payload); });
-  reach(RoundPoint::kInit);
-  handshake.wait(info.timeout, "init_weight_transfer_engine");
+  init_workers(client, payload, info.timeout);
   return engine;
 }
 
@@ -84,7 +80,7 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
   // another process, unordered with this one's streams) reads them.
   transport::synchronize_device(device);
   const nlohmann::json update_info = update.to_json();
-  run_round(round_version(), [&] { update_in_place(update_info); });
+  run_round(round_version(), [&] { update_in_place(update_info, info_.timeout); });
 }
 
 void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta) {
@@ -111,18 +107,10 @@ void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta)
       // handle goes out, or the worker, in another process, reads it half-written.
       transport::wait_for_current_stream(info_.device);
       // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
-      update_in_place(update.to_json());
+      update_in_place(update.to_json(), info_.timeout);
     }
     stream.finish();
   });
-}
-
-void IpcTrainerEngine::update_in_place(const nlohmann::json& update_info) {
-  auto shared_client = client_shared();
-  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
-  // Nothing is sent over a network: the bytes are in place, and the worker reads them now.
-  reach_mid_update();
-  update.wait(info_.timeout, "update_weights");
 }
 
 void IpcTrainerEngine::shutdown() {

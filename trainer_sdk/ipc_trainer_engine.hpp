@@ -50,8 +50,6 @@ class IpcTrainerEngine final : public TrainerWeightTransferEngine {
  private:
   void send_unpacked(const std::vector<protocol::ParamMeta>& meta);
   void send_packed(const std::vector<protocol::ParamMeta>& meta);
-  // One update_weights call over bytes already in place, which the worker reads inside it.
-  void update_in_place(const nlohmann::json& update_info);
 
   IpcTrainerInitInfo info_;
   struct Buffer;  // the packed buffer

@@ -8,7 +8,6 @@
 #include "protocol/shm_info.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
-#include "trainer_sdk/round_hook.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -38,9 +37,7 @@ std::unique_ptr<ShmTrainerEngine> ShmTrainerEngine::trainer_init(
   protocol::ShmInitInfo init{names, info.packed_buffer_size_bytes, std::nullopt};
   if (info.arena) init.arena_name = info.arena->name();
   const nlohmann::json payload = init.to_json();
-  AsyncCall handshake([client, payload] { client->init_weight_transfer_engine(payload); });
-  reach(RoundPoint::kInit);
-  handshake.wait(info.timeout, "init_weight_transfer_engine");
+  init_workers(client, payload, info.timeout);
   return engine;
 }
 

@@ -1,6 +1,7 @@
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 #include "protocol/errors.hpp"
+#include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/round_hook.hpp"
 #include "transport/tensor_digest.hpp"
 
@@ -57,6 +58,22 @@ void TrainerWeightTransferEngine::run_round(const std::optional<std::string>& ve
   mid_update_due_ = false;
   reach(RoundPoint::kBeforeFinish);
   client().finish_weight_update(version);
+}
+
+void TrainerWeightTransferEngine::init_workers(const std::shared_ptr<WeightSyncClient>& client,
+                                               const nlohmann::json& payload,
+                                               std::chrono::milliseconds timeout) {
+  AsyncCall handshake([client, payload] { client->init_weight_transfer_engine(payload); });
+  reach(RoundPoint::kInit);
+  handshake.wait(timeout, "init_weight_transfer_engine");
+}
+
+void TrainerWeightTransferEngine::update_in_place(const nlohmann::json& update_info,
+                                                  std::chrono::milliseconds timeout) {
+  auto shared_client = client_shared();
+  AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
+  reach_mid_update();
+  update.wait(timeout, "update_weights");
 }
 
 void TrainerWeightTransferEngine::reach_mid_update() {

@@ -16,10 +16,13 @@
 // that must fail before any RPC, and the transfer it hands to run_round.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "trainer_sdk/weight_source.hpp"
 #include "trainer_sdk/weight_sync_client.hpp"
@@ -67,6 +70,16 @@ class TrainerWeightTransferEngine {
   void iterate_without_sending() const;
   // The version this round commits (set by push()).
   const std::optional<std::string>& round_version() const { return round_version_; }
+
+  // init_weight_transfer_engine(`payload`) on a side thread, reaching kInit while it is in
+  // flight, awaited within `timeout`: the handshake of engines whose init needs nothing of the
+  // trainer but the call (disk, shm, ipc).
+  static void init_workers(const std::shared_ptr<WeightSyncClient>& client,
+                           const nlohmann::json& payload, std::chrono::milliseconds timeout);
+  // For a transfer whose bytes are in place before the call (disk's files, ipc's device memory):
+  // one update_weights(`update_info`) on a side thread, reaching kMidUpdate while the workers
+  // read, awaited within `timeout`.
+  void update_in_place(const nlohmann::json& update_info, std::chrono::milliseconds timeout);
 
   // An engine's own part of a round, between start_weight_update and finish_weight_update: its
   // update_weights call(s) and the bytes they carry.

@@ -1,23 +1,11 @@
 #include "worker/weight_update_metrics.hpp"
 
 #include <sstream>
+#include <type_traits>
 
 #include "worker/serving/serving_metrics.hpp"
 
 namespace hotswap::worker {
-
-namespace {
-
-// A bucket bound as Prometheus' Python client writes it (Python's repr: 1 is "1.0").
-std::string le_label(double bound) {
-  std::ostringstream out;
-  out << bound;
-  std::string text = out.str();
-  if (text.find_first_of(".e") == std::string::npos) text += ".0";
-  return text;
-}
-
-}  // namespace
 
 std::string render_weight_update_metrics(const WorkerService& service) {
   std::ostringstream out;
@@ -29,7 +17,11 @@ std::string render_weight_update_metrics(const WorkerService& service) {
   auto sample = [&](const std::string& name, const std::string& labels, auto value) {
     out << name;
     if (!labels.empty()) out << '{' << labels << '}';
-    out << ' ' << value << '\n';
+    if constexpr (std::is_floating_point_v<decltype(value)>) {
+      out << ' ' << prometheus_number(value) << '\n';
+    } else {
+      out << ' ' << value << '\n';
+    }
   };
   // vLLM 0.34's two series; its counter of outcomes went, and lives on under hotswap's name.
   out << "# HELP vllm:rl_weight_update_operations_in_flight Weight-transfer operations currently "
@@ -45,10 +37,10 @@ std::string render_weight_update_metrics(const WorkerService& service) {
     std::uint64_t cumulative = 0;
     for (std::size_t i = 0; i < WorkerService::kDurationBuckets.size(); ++i) {
       cumulative += s.within[i];
-      sample(
-          name + "_bucket",
-          label("operation", op) + "," + label("le", le_label(WorkerService::kDurationBuckets[i])),
-          cumulative);
+      sample(name + "_bucket",
+             label("operation", op) + "," +
+                 label("le", prometheus_number(WorkerService::kDurationBuckets[i])),
+             cumulative);
     }
     sample(name + "_bucket", label("operation", op) + ",le=\"+Inf\"", s.success + s.error);
     sample(name + "_sum", label("operation", op), s.seconds);

@@ -1,8 +1,8 @@
 #include "worker/serving/serving_metrics.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <sstream>
 
 namespace hotswap::worker {
 namespace {
@@ -21,19 +21,22 @@ std::vector<double> request_latency_bounds() {
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
-// As Python's prometheus_client writes a float: 1.0, 0.025, 2560.0.
-std::string number(double v) {
-  std::ostringstream out;
-  if (std::abs(v) < 1e15 && v == std::floor(v)) {
-    out << static_cast<long long>(v) << ".0";
-  } else {
-    out.precision(17);
-    out << v;
-  }
-  return out.str();
-}
-
 }  // namespace
+
+std::string prometheus_number(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buffer[64];
+  // The shortest round-trip digits, laid out as Python's repr lays them out.
+  const double magnitude = std::abs(value);
+  const bool fixed = value == 0.0 || (magnitude >= 1e-4 && magnitude < 1e16);
+  auto [end, error] =
+      std::to_chars(buffer, buffer + sizeof(buffer), value,
+                    fixed ? std::chars_format::fixed : std::chars_format::scientific);
+  std::string text(buffer, end);
+  if (fixed && text.find('.') == std::string::npos) text += ".0";
+  return text;
+}
 
 std::string escape_label_value(const std::string& value) {
   std::string out;
@@ -66,10 +69,10 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
+    const std::string le = i < bounds_.size() ? prometheus_number(bounds_[i]) : "+Inf";
     out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
   }
-  out += name + "_sum{" + labels + "} " + number(sum_) + "\n";
+  out += name + "_sum{" + labels + "} " + prometheus_number(sum_) + "\n";
   out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
 }
 

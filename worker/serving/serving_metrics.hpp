@@ -55,4 +55,10 @@ class ServingMetrics {
 // escaped.
 std::string escape_label_value(const std::string& value);
 
+// A float as Prometheus' Python client (vLLM's) writes it, which is Python's repr: the shortest
+// text that reads back as the same double, fixed between 1e-4 and 1e16 and with ".0" on whole
+// numbers (0.1, 0.025, 600.0), else scientific (1e-05, 1e+16). Every bucket bound (`le`) and
+// every float sample of /metrics is written through it.
+std::string prometheus_number(double value);
+
 }  // namespace hotswap::worker
