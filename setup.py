@@ -25,6 +25,11 @@ class CMakeBuild(build_ext):
             raise RuntimeError(f"{sys.executable} cannot import torch; install hotswap into an "
                                "environment with PyTorch 2 (pip install --no-build-isolation .)")
         args.append(f"-DHOTSWAP_TORCH_PYTHON={sys.executable}")
+        # Ninja for a fresh build folder where it is installed (scripts/cmake-generator.sh).
+        generator = os.path.join(ROOT, "scripts", "cmake-generator.sh")
+        if os.path.exists(generator):
+            args += subprocess.run(["bash", generator, build], capture_output=True,
+                                   text=True).stdout.split()
         subprocess.run(["cmake", "-S", ROOT, "-B", build, *args], check=True)
         jobs = os.environ.get("HOTSWAP_JOBS", "2")
         subprocess.run(["cmake", "--build", build, "--target", "hotswap_python", "-j", jobs],

@@ -241,6 +241,11 @@ bool ServableRuntime::is_dirty() const {
 }
 
 void ServableRuntime::all_reduce(at::Tensor& t) const {
+  queue_all_reduce(t);
+  finish_collectives();
+}
+
+void ServableRuntime::queue_all_reduce(at::Tensor& t) const {
   if (tp_.size == 1) return;
   auto& group = *options_.tensor_parallel_group;
   // Partial sums travel as float32 (half types widen exactly) and are rounded once, after the
@@ -251,8 +256,14 @@ void ServableRuntime::all_reduce(at::Tensor& t) const {
   if (group.device_type() == c10::DeviceType::CPU && !t.device().is_cpu()) wire = wire.to(at::kCPU);
   if (widen) wire = wire.to(at::kFloat);
   wire = wire.contiguous();
-  group.all_reduce_sum(wire, options_.collective_timeout);
+  group.queue_all_reduce_sum(wire, options_.collective_timeout);
+  // Queued after the collective on the caller's stream when the sum is still on its way.
   if (!wire.is_same(t)) t.copy_(wire);
+}
+
+void ServableRuntime::finish_collectives() const {
+  if (tp_.size == 1) return;
+  options_.tensor_parallel_group->wait_queued(options_.collective_timeout);
 }
 
 void ServableRuntime::zero_weights() {

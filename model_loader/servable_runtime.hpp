@@ -68,8 +68,14 @@ class ServableRuntime : public ServableModel {
   std::size_t param(const std::string& runtime_name) const;
 
   // Sums `t` over the tensor-parallel ranks in place (float32 on the wire where the
-  // communicator lacks the dtype); nothing at tp = 1. Collective.
+  // communicator lacks the dtype); nothing at tp = 1. Collective; `t` holds the sum on return.
   void all_reduce(at::Tensor& t) const;
+  // The same sum for a forward step, whose next kernels read `t` on the device: over NCCL the
+  // host does not wait for it (Communicator::queue_all_reduce_sum). A step that queued any
+  // calls finish_collectives() once, before it returns, so that a dead peer ends the step with
+  // a TimeoutError after the collective timeout rather than leaving a stream waiting forever.
+  void queue_all_reduce(at::Tensor& t) const;
+  void finish_collectives() const;
 
  private:
   // Records each mapped tensor's dtype as the checkpoint holds it (for checkpoint checksums).

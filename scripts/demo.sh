@@ -8,7 +8,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HOTSWAP_BUILD_DIR:-$root/build}
 
 "$root/scripts/install-deps.sh"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+cmake -S "$root" -B "$build" $("$root/scripts/cmake-generator.sh" "$build") \
+  -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
   -DHOTSWAP_TORCH_PYTHON="$("$root/scripts/make-torch-env.sh" --python)" >/dev/null
 cmake --build "$build" -j "${HOTSWAP_JOBS:-2}" \
   --target hotswap-worker hotswap-launch hotswap-make-model hotswap-trainer

@@ -37,7 +37,7 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S "$root/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+cmake -S "$root/fuzz" -B "$build" $("$root/scripts/cmake-generator.sh" "$build") -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
   "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 

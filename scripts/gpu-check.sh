@@ -1,161 +1,276 @@
 #!/usr/bin/env bash
-# Every GPU test and the GPU benchmarks in one run, for a machine with an NVIDIA GPU (the device
-# machine lent to some sessions: CUDA, NCCL and python3's torch are there, Debian's packages and
-# the network are not). Fits in 8 minutes on 16 cores, so it can run twice in a 15-minute lease.
+# The GPU tests and the GPU benchmark, for a machine with an NVIDIA GPU: the device machine lent
+# to some sessions, where CUDA, NCCL, cmake, ninja and python3's torch are installed but Debian's
+# packages and the network are not. docs/gpu-check.md has the stages, the figures and the
+# device call.
 #
-#   scripts/gpu-check.sh --fetch   here, on the Debian machine: download the Debian packages the
-#                                  build needs and the GPU machine lacks into .deps/ (ignored by
-#                                  git; name it in the device call's `carry`)
-#   scripts/gpu-check.sh [--gb X]  on the GPU machine: unpack .deps/ into a private prefix when
-#                                  there is one, build with CUDA against python3's torch, run
-#                                  every GPU suite (generation on cuda:0; ipc end to end on one
-#                                  GPU; nccl and sparse_nccl end to end on two, skipped on one)
-#                                  with one line each saying what ran, what skipped and why, the
-#                                  rest of the suites, and hotswap-gpu-bench (a model of X GB:
-#                                  4 by default, so that a first run fits; --gb 16 for the
-#                                  figures the README quotes). Logs go to $OUT when it is set.
+#   scripts/gpu-check.sh --fetch       here, on a Debian machine with network: the Debian packages
+#                                      the build needs and the GPU machine lacks, into .deps/
+#                                      (ignored by git; the device call carries it)
+#   scripts/gpu-check.sh --configure   here: the dependency and configure stages only, against
+#                                      .deps/ alone (the system's own -dev packages are hidden
+#                                      from CMake and pkg-config), into build-gpu-configure/
+#   scripts/gpu-check.sh --quick       on the GPU machine, from bare, in one go within 9 minutes on
+#                                      16 cores: probe, configure with Ninja, build the GPU test
+#                                      binaries and the worker, run device_sync,
+#                                      nccl_communicator, generation_gpu and ipc_gpu each under
+#                                      its own timeout, then the GPU benchmark at 4 GB while time
+#                                      is left
+#   scripts/gpu-check.sh [--gb X]      on the GPU machine: every GPU suite, every other suite, the
+#                                      benchmark at X GB (4 by default)
+#
+# Every mode that builds writes summary.txt and gpu-check-logs.tar.gz to $OUT (the device tool
+# returns 8 files at most), or to the build folder without $OUT. The exit status is 0 only when
+# every stage that ran passed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps=$root/.deps
+start=$SECONDS
 
-# Headers and libraries the build needs beyond CUDA, NCCL and python3's torch. Runtime libraries
-# that every Linux has (libc, libstdc++, libssl3, zlib) are left to the machine.
+mode=full gb=4
+while (($#)); do
+  case $1 in
+    --fetch) mode=fetch ;;
+    --configure) mode=configure ;;
+    --quick) mode=quick ;;
+    --gb) gb=$2; shift ;;
+    *) echo "usage: scripts/gpu-check.sh [--fetch | --configure | --quick | --gb X]" >&2; exit 2 ;;
+  esac
+  shift
+done
+# Seconds this run may take in all; later stages are skipped, and said so, rather than cut off
+# by the device call's own limit (which returns nothing of a pipeline it kills).
+budget=${HOTSWAP_GPU_CHECK_SECONDS:-$([[ $mode == quick ]] && echo 520 || echo 1800)}
+
+# Headers and libraries the build needs beyond CUDA, NCCL, cmake, ninja and python3's torch.
+# Runtime libraries every Linux has (libc, libstdc++, libssl3, zlib) are left to the machine.
 packages=(
   libzmq3-dev libzmq5 cppzmq-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libcpp-httplib0.11 libssl-dev libboost1.74-dev libboost-test1.74-dev libboost-test1.74.0
   libgloo-dev libibverbs-dev  # ProcessGroupGloo.hpp includes <gloo/...>; the wheel has no gloo headers
+  libpcre2-dev libicu-dev     # the tokenizer: split patterns, NFC
+  zlib1g-dev libbrotli-dev    # what cpp-httplib.pc requires
+  pkgconf pkgconf-bin         # pkg-config itself, for PCRE2 and cpp-httplib
 )
-# What those libraries load in turn, by the soname that shows whether the machine has it: these
-# are unpacked only where the machine lacks them, so the machine's own copies stay in charge.
+# What those load in turn, by the soname that shows whether the machine has it: unpacked only
+# where the machine lacks it, so that the machine's own copies stay in charge.
 declare -A runtime_deps=(
   [libsodium23]=libsodium.so.23 [libpgm-5.3-0]=libpgm-5.3.so.0 [libnorm1]=libnorm.so.1
   [libbsd0]=libbsd.so.0 [libmd0]=libmd.so.0 [libbrotli1]=libbrotlienc.so.1
   [libgssapi-krb5-2]=libgssapi_krb5.so.2 [libkrb5-3]=libkrb5.so.3 [libk5crypto3]=libk5crypto.so.3
   [libkrb5support0]=libkrb5support.so.0 [libcom-err2]=libcom_err.so.2
   [libkeyutils1]=libkeyutils.so.1
+  [libpcre2-8-0]=libpcre2-8.so.0 [libpcre2-16-0]=libpcre2-16.so.0
+  [libpcre2-32-0]=libpcre2-32.so.0 [libpcre2-posix3]=libpcre2-posix.so.3
+  [libicu72]=libicuuc.so.72 [libpkgconf3]=libpkgconf.so.3
 )
+# The device tool carries at most 64 MiB of ignored paths in all.
+carry_limit_kib=$((60 * 1024))
 
-if [[ "${1:-}" == "--fetch" ]]; then
-  mkdir -p "$deps"  # ignored by .gitignore
+if [[ $mode == fetch ]]; then
+  rm -rf "$deps" && mkdir -p "$deps"  # ignored by .gitignore
   (cd "$deps" && apt-get download "${packages[@]}" "${!runtime_deps[@]}")
-  # The device tool carries at most 64 MiB of ignored paths in all.
   kib=$(du -sk "$deps" | cut -f1)
-  echo ".deps: $((kib / 1024)) MiB"
-  if ((kib > 60 * 1024)); then
-    echo "error: .deps is over 60 MiB; the device tool's carry limit is 64 MiB in all" >&2
+  echo ".deps: $(ls "$deps" | wc -l) packages, $((kib / 1024)) MiB"
+  if ((kib > carry_limit_kib)); then
+    echo "error: .deps is over 60 MiB; the device tool carries 64 MiB in all" >&2
     exit 1
   fi
   exit 0
 fi
 
-gb=4
-[[ "${1:-}" == "--gb" ]] && gb=$2
-build=$root/build-gpu
-log=${OUT:-$build}
-mkdir -p "$build" "$log"
-start=$SECONDS
-step() { printf '\n== %s (%d s)\n' "$*" $((SECONDS - start)); }
+case $mode in
+  configure) build=$root/build-gpu-configure ;;
+  *) build=$root/build-gpu ;;
+esac
+logs=$build/logs
+out=${OUT:-$build}
+mkdir -p "$build" "$out"
+rm -rf "$logs" && mkdir -p "$logs"
+summary=$logs/summary.txt
+: >"$summary"
+status=0
+
+say() { echo "$*" | tee -a "$summary"; }
+step() { printf '\n== %s (%d s)\n' "$*" $((SECONDS - start)); echo "-- $* (at $((SECONDS - start)) s)" >>"$summary"; }
+left() { local l=$((budget - (SECONDS - start))); echo $((l > 0 ? l : 0)); }
+fail() { say "FAILED: $*"; status=1; }
+# On every exit path: the summary and one tarball of the logs, the two files the device returns.
+finish() {
+  say "done in $((SECONDS - start)) s, status $status"
+  if [[ "$out" != "$build" ]]; then cp "$summary" "$out/summary.txt"; fi
+  tar -C "$build" -czf "$out/gpu-check-logs.tar.gz" logs 2>/dev/null || true
+}
+trap finish EXIT
 
 # "x.y.z" >= "a.b.c"
 version_at_least() { [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" == "$2" ]]; }
 
 step "machine"
-if command -v nvidia-smi >/dev/null; then
-  # Exclusive_Process lets one process hold the GPU: the ipc tests put a trainer and a worker
-  # on it together, and would fail with cudaErrorDevicesUnavailable.
-  nvidia-smi --query-gpu=index,name,compute_mode,memory.total,driver_version --format=csv,noheader ||
-    true
-  if nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qi exclusive; then
-    echo "warning: a GPU is in an exclusive compute mode; the ipc suites need two processes on it"
+say "mode $mode, budget $budget s, $(nproc) cores"
+if [[ $mode != configure ]]; then
+  if command -v nvidia-smi >/dev/null; then
+    say "gpu: $(nvidia-smi --query-gpu=index,name,compute_mode,memory.total,driver_version \
+      --format=csv,noheader 2>&1 | paste -sd';')"
+    # An exclusive compute mode lets one process hold a GPU: the ipc suites put a trainer and a
+    # worker on one, and fail with cudaErrorDevicesUnavailable.
+    if nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qi exclusive; then
+      say "warning: a GPU is in an exclusive compute mode; the ipc suites need two processes on it"
+    fi
+  else
+    say "gpu: nvidia-smi is not on PATH"
   fi
-else
-  echo "nvidia-smi is not on PATH"
 fi
-python3 -c 'import torch; print("python3 torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1 ||
-  echo "python3 has no torch: CMake takes the libtorch it finds (a CPU one cannot run the GPU tests)"
+torch_python=${HOTSWAP_TORCH_PYTHON:-python3}
+[[ $mode == configure ]] && torch_python=${HOTSWAP_TORCH_PYTHON:-$("$root/scripts/make-torch-env.sh" --python)}
+say "torch: $("$torch_python" -c 'import torch, sys
+try:
+    import nvidia.nccl; nccl = "wheel nccl " + list(nvidia.nccl.__path__)[0]
+except Exception as e:
+    nccl = "no nccl wheel (" + type(e).__name__ + ")"
+print(sys.executable, torch.__version__, "cuda", torch.version.cuda,
+      "gpus", torch.cuda.device_count() if torch.version.cuda else 0, nccl)' 2>&1 | tail -1)"
 cuda_root=${CUDA_HOME:-/usr/local/cuda}
 nvcc=$(command -v nvcc || true)
 [[ -z "$nvcc" && -x "$cuda_root/bin/nvcc" ]] && nvcc=$cuda_root/bin/nvcc
-if [[ -n "$nvcc" ]]; then
-  "$nvcc" --version | tail -1 || true
-else
-  echo "nvcc: not on PATH nor in $cuda_root/bin; CMake looks for the CUDA toolkit in $cuda_root"
-fi
-# What the build needs, checked before minutes go into it.
+say "nvcc: ${nvcc:-none} $([[ -n "$nvcc" ]] && "$nvcc" --version | tail -1)"
 cmake_version=$(cmake --version 2>/dev/null | awk 'NR == 1 { print $3 }')
+ninja_version=$(ninja --version 2>/dev/null || true)
 cxx=${CXX:-$(command -v g++ || command -v c++ || true)}
 cxx_version=$([[ -n "$cxx" ]] && "$cxx" -dumpfullversion 2>/dev/null || true)
-echo "cmake ${cmake_version:-missing}, C++ compiler ${cxx:-missing} ${cxx_version}"
+say "cmake ${cmake_version:-missing}, ninja ${ninja_version:-missing}, C++ compiler ${cxx:-missing} ${cxx_version}"
 if [[ -z "$cmake_version" ]] || ! version_at_least "$cmake_version" 3.25; then
-  echo "error: hotswap needs cmake 3.25 or newer" >&2; exit 1
+  fail "hotswap needs cmake 3.25 or newer"; exit 1
 fi
 if [[ -z "$cxx_version" ]] || { "$cxx" --version | grep -q 'g++\|GCC' && ! version_at_least "$cxx_version" 12; }; then
-  echo "error: hotswap needs a C++20 compiler (g++ 12 or newer)" >&2; exit 1
+  fail "hotswap needs a C++20 compiler (g++ 12 or newer)"; exit 1
 fi
+generator=()
+[[ -n "$ninja_version" ]] && generator=(-G Ninja)
 
+step "dependencies"
 prefix_args=()
 if compgen -G "$deps/*.deb" >/dev/null; then
-  step "unpacking $(ls "$deps"/*.deb | wc -l) Debian packages into a private prefix"
   prefix=$build/prefix
   rm -rf "$prefix" && mkdir -p "$prefix"
   system_libs=$(ldconfig -p)  # read once: a pipe that grep -q closes early would fail pipefail
+  unpacked=0 kept=0
   for f in "$deps"/*.deb; do
     package=$(basename "$f"); package=${package%%_*}
     soname=${runtime_deps[$package]:-}
-    if [[ -n "$soname" ]] && grep -qF "$soname (" <<<"$system_libs"; then continue; fi
+    # configure mode hides the system's libraries too, so that it proves the bundle whole.
+    if [[ $mode != configure && -n "$soname" ]] && grep -qF "$soname (" <<<"$system_libs"; then
+      kept=$((kept + 1)); continue
+    fi
     dpkg -x "$f" "$prefix"
+    unpacked=$((unpacked + 1))
   done
-  # A -dev package's libfoo.so points at a runtime library left to the machine (libssl3,
+  say "unpacked $unpacked Debian packages into $prefix; $kept runtime libraries the machine has"
+  # A -dev package's libfoo.so can point at a runtime library left to the machine (libssl3,
   # say): point it at the machine's copy.
+  # ldconfig knows sonames (libpcre2-8.so.0), the link names a file (libpcre2-8.so.0.11.2):
+  # the longest prefix of the file's name that ldconfig knows is the one.
   for link in "$prefix"/usr/lib/x86_64-linux-gnu/*.so; do
     [[ -L "$link" && ! -e "$link" ]] || continue
-    system=$(awk -v want="$(basename "$(readlink "$link")")" '$1 == want { print $NF; exit }' <<<"$system_libs")
+    name=$(basename "$(readlink "$link")") system=""
+    while [[ -z "$system" && $name == *.so.* ]]; do
+      system=$(awk -v want="$name" '$1 == want { print $NF; exit }' <<<"$system_libs")
+      name=${name%.*}
+    done
     if [[ -n "$system" ]]; then ln -sf "$system" "$link"; fi
   done
   # pkg-config files name /usr; point them at the prefix.
   find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr|prefix=$prefix/usr|" {} +
-  export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
+  pc_dirs=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
   export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  prefix_args=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_CXX_FLAGS="-isystem $prefix/usr/include")
+  if [[ $mode == configure ]]; then
+    # Only the bundle's .pc files, and CMake searches no system prefix but the toolchain's.
+    export PKG_CONFIG_LIBDIR=$pc_dirs
+    prefix_args+=(-DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local")
+  else
+    export PKG_CONFIG_PATH=$pc_dirs${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  fi
+  pkg_config=$(command -v pkg-config || true)
+  if [[ $mode == configure || -z "$pkg_config" ]]; then
+    pkg_config=$prefix/usr/bin/pkgconf
+    # pkgconf's own search path is compiled in as /usr's; PKG_CONFIG_LIBDIR or _PATH adds ours.
+    prefix_args+=(-DPKG_CONFIG_EXECUTABLE="$pkg_config")
+  fi
+  prefix_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_CXX_FLAGS="-isystem $prefix/usr/include"
+    -DBoost_NO_SYSTEM_PATHS=ON -DBOOST_ROOT="$prefix/usr" -DICU_ROOT="$prefix/usr")
+  say "pkg-config: $pkg_config"
+elif [[ $mode == configure ]]; then
+  fail "no .deps/ to prove: run scripts/gpu-check.sh --fetch first"; exit 1
+else
+  say "no .deps/: the machine's own packages are used"
 fi
 
-step "configure (CUDA on, python3's torch)"
-if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DHOTSWAP_WITH_CUDA=ON \
-  -DCUDAToolkit_ROOT="$cuda_root" "${prefix_args[@]}" >"$log/configure.log" 2>&1; then
-  tail -30 "$log/configure.log"; echo "configure failed"; exit 1
+step "configure (CUDA on, $torch_python's torch)"
+if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DHOTSWAP_WITH_CUDA=ON -DHOTSWAP_TORCH_PYTHON="$torch_python" \
+  -DCUDAToolkit_ROOT="$cuda_root" "${prefix_args[@]}" >"$logs/configure.log" 2>&1; then
+  tail -30 "$logs/configure.log"; fail "configure (configure.log)"; exit 1
 fi
-grep -E '^-- hotswap' "$log/configure.log" || true
+grep -E '^-- hotswap' "$logs/configure.log" | tee -a "$summary" || true
+# Where each dependency came from: in configure mode, every one must be the bundle's.
+grep -E "^(Boost_INCLUDE_DIR|ICU_INCLUDE_DIR|ICU_UC_LIBRARY_RELEASE|PCRE2_LINK_LIBRARIES|HTTPLIB_INCLUDEDIR|cppzmq_DIR|nlohmann_json_DIR|CLI11_DIR|OPENSSL_INCLUDE_DIR|NCCL_LIBRARY|Torch_DIR|CMAKE_CUDA_COMPILER):" \
+  "$build/CMakeCache.txt" | sed 's/^/  /' | tee -a "$summary" >/dev/null
+if [[ $mode == configure ]]; then
+  outside=$(grep -E "^(Boost_INCLUDE_DIR|ICU_INCLUDE_DIR|ICU_UC_LIBRARY_RELEASE|HTTPLIB_INCLUDEDIR|cppzmq_DIR|nlohmann_json_DIR|CLI11_DIR|OPENSSL_INCLUDE_DIR):" \
+    "$build/CMakeCache.txt" | grep -v "$prefix" || true)
+  if [[ -n "$outside" ]]; then fail "found outside the bundle: $outside"; fi
+  say "configure from the bundle: $([[ $status == 0 ]] && echo ok || echo failed)"
+  exit $status
+fi
 
 step "build"
-if ! cmake --build "$build" -j"$(nproc)" >"$log/build.log" 2>&1; then
-  grep -E -m 20 -A3 'error' "$log/build.log" || tail -30 "$log/build.log"; echo "build failed"; exit 1
+targets=(hotswap_transport_tests hotswap_gpu_tests hotswap-worker hotswap-gpu-bench)
+[[ $mode == full ]] && targets=(all)
+if ! timeout "$(left)" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" \
+  >"$logs/build.log" 2>&1; then
+  grep -E -m 20 -A3 'error' "$logs/build.log" | tee -a "$summary" || tail -30 "$logs/build.log"
+  fail "build (build.log)"; exit 1
 fi
+say "built ${targets[*]} in $((SECONDS - start)) s since the start"
 
 step "GPU suites, one line each"
-status=0
-gpu_suite() {  # binary suite: runs it alone, says what happened in one line
-  local binary=$1 suite=$2 rc=0
-  timeout 300 "$build/tests/$binary" --run_test="$suite" >"$log/$suite.log" 2>&1 || rc=$?
+# binary suite cap: runs one suite under min(cap, time left) and says what happened in one line.
+gpu_suite() {
+  local binary=$1 suite=$2 cap=$3 rc=0 limit
+  limit=$(left)
+  ((limit > cap)) && limit=$cap
+  if ((limit < 20)); then say "$suite: not run: the ${budget} s budget is spent"; return; fi
+  local t=$SECONDS
+  timeout "$limit" "$build/tests/$binary" --run_test="$suite" >"$logs/$suite.log" 2>&1 || rc=$?
+  local took="$((SECONDS - t)) s"
   case $rc in
-    0) echo "$suite: ran, passed" ;;
-    77) echo "$suite: skipped: $(grep -m1 -o 'SKIPPED: .*' "$log/$suite.log" | cut -c10-)" ;;
-    124) echo "$suite: FAILED: timed out after 300 s (log: $suite.log)"; status=1 ;;
-    *) echo "$suite: FAILED (exit $rc): $(grep -m1 -E 'error|fatal' "$log/$suite.log" | cut -c1-200)"
-       status=1 ;;
+    0) say "$suite: passed ($took)" ;;
+    77) say "$suite: skipped: $(grep -m1 -o 'SKIPPED: .*' "$logs/$suite.log" | cut -c10-) ($took)" ;;
+    124) fail "$suite: timed out after $limit s ($suite.log)" ;;
+    *) fail "$suite (exit $rc, $took): $(grep -m1 -E 'error|fatal' "$logs/$suite.log" | cut -c1-240)" ;;
   esac
 }
-gpu_suite hotswap_transport_tests device_sync
-gpu_suite hotswap_transport_tests nccl_communicator
-gpu_suite hotswap_gpu_tests generation_gpu
-gpu_suite hotswap_gpu_tests ipc_gpu
-gpu_suite hotswap_gpu_tests nccl_gpu
-gpu_suite hotswap_gpu_tests tensor_parallel_gpu
+gpu_suite hotswap_transport_tests device_sync 60
+gpu_suite hotswap_transport_tests nccl_communicator 90
+gpu_suite hotswap_gpu_tests generation_gpu 150
+gpu_suite hotswap_gpu_tests ipc_gpu 150
+if [[ $mode == full ]]; then
+  for suite in nccl_gpu nccl_gpu_three tensor_parallel_gpu; do
+    gpu_suite hotswap_gpu_tests "$suite" 300
+  done
+  step "every other suite (on the GPU machine's CPUs)"
+  (cd "$build" && timeout "$(left)" ctest -j8 -E '^gpu\.' >"$logs/tests.log" 2>&1) ||
+    fail "ctest ($(grep -m1 'tests passed' "$logs/tests.log"))"
+  say "$(grep -m1 'tests passed' "$logs/tests.log" || echo 'ctest: no summary line')"
+fi
 
-step "every other suite (on the GPU machine's CPUs)"
-(cd "$build" && ctest -j8 -E '^gpu\.' 2>&1 | tee "$log/tests.log" | tail -5) || status=1
-
-step "GPU benchmarks (a ${gb} GB model)"
-"$build/bench/hotswap-gpu-bench" --gb "$gb" 2>&1 | tee "$log/gpu-bench.log" || status=1
-
-step "done, status $status"
+step "GPU benchmark (a ${gb} GB model)"
+if (($(left) < 90)); then
+  say "benchmark: not run: $(left) s of the ${budget} s budget left"
+else
+  timeout "$(($(left) - 10))" "$build/bench/hotswap-gpu-bench" --gb "$gb" \
+    >"$logs/gpu-bench.log" 2>&1 || fail "benchmark (exit $?, gpu-bench.log)"
+  # The table, not the JSON lines: those stay in the log.
+  grep -v '^{' "$logs/gpu-bench.log" | tail -25 | tee -a "$summary"
+fi
 exit $status

@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
-  build-essential cmake pkg-config ccache clang-format
+  build-essential cmake ninja-build pkg-config ccache clang-format
   libgloo-dev  # names only, for torch's c10d/ProcessGroupGloo.hpp (transport/gloo_backend.cpp)
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev

@@ -23,7 +23,8 @@ if ((sanitize)); then
   build=${HOTSWAP_BUILD_DIR:-$root/build-sanitize}
   # -O1 -g1: instrumented code compiles faster and still runs at a useful speed; line tables
   # are all a sanitizer report needs to name file and line.
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S "$root" -B "$build" $("$root/scripts/cmake-generator.sh" "$build") \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DHOTSWAP_SANITIZE=ON -DHOTSWAP_WERROR=ON \
     -DHOTSWAP_BUILD_BENCH=OFF -DHOTSWAP_TORCH_PYTHON="$torch_python" "$@"
   reports="$build/sanitizer-reports"
@@ -38,7 +39,8 @@ else
   build=${HOTSWAP_BUILD_DIR:-$root/build}
   # -g1: line tables, all a backtrace or a sanitizer report needs. Full debug info (-g) doubled
   # the compile time of every file that includes ATen (sampling.cpp: 27.6 s against 12.1 s).
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
+  cmake -S "$root" -B "$build" $("$root/scripts/cmake-generator.sh" "$build") \
+    -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DHOTSWAP_WERROR=ON \
     -DHOTSWAP_TORCH_PYTHON="$torch_python" "$@"
 fi

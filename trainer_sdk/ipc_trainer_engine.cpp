@@ -38,7 +38,7 @@ std::unique_ptr<IpcTrainerEngine> IpcTrainerEngine::trainer_init(
   auto engine = std::make_unique<IpcTrainerEngine>(client, source, info);
   if (!engine->is_sender()) return engine;
   if (info.packed) {
-    engine->buffer_ = std::make_unique<Buffer>(
+    engine->buffer_ = std::make_shared<Buffer>(
         static_cast<std::size_t>(info.packed_buffer_size_bytes), info.device);
   }
   const nlohmann::json payload = protocol::IpcInitInfo{info.packed}.to_json();
@@ -65,7 +65,7 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
   const std::string uuid = transport::device_uuid(info_.device);
   CheckedStream stream(source()->iter(), meta, device);
   protocol::IpcUpdateInfo update{meta, {}, std::nullopt, {}};
-  std::vector<at::Tensor> exported;  // alive until the worker has copied them
+  std::vector<at::Tensor> exported;  // held by retained_ once their handles go out
   for (std::size_t i = 0; i < meta.size(); ++i) {
     exported.push_back(stream.next());
     // An empty tensor has no memory to export: a handle of zeros that the worker never opens.
@@ -80,7 +80,14 @@ void IpcTrainerEngine::send_unpacked(const std::vector<protocol::ParamMeta>& met
   // another process, unordered with this one's streams) reads them.
   transport::synchronize_device(device);
   const nlohmann::json update_info = update.to_json();
-  run_round(round_version(), [&] { update_in_place(update_info, info_.timeout); });
+  retained_.release_after([&] {
+    run_round(round_version(), [&] {
+      // Held from before the handles go out until the worker has said it closed them.
+      for (const auto& t : exported)
+        retained_.retain(std::make_shared<at::Tensor>(t));
+      update_in_place(update_info, info_.timeout);
+    });
+  });
 }
 
 void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta) {
@@ -91,30 +98,35 @@ void IpcTrainerEngine::send_packed(const std::vector<protocol::ParamMeta>& meta)
   const auto plan =
       protocol::plan_ipc_chunks(meta, static_cast<std::uint64_t>(info_.packed_buffer_size_bytes));
   CheckedStream stream(source()->iter(), meta, device);
-  run_round(round_version(), [&] {
-    for (const auto& chunk : plan) {
-      protocol::IpcUpdateInfo update;
-      update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
-      for (const auto& slice : chunk.slices) {
-        at::Tensor t = stream.next();
-        // On the stream the caller's tensors were written on, so that each is read whole.
-        transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(),
-                                     slice.size, info_.device);
-        update.params.push_back(meta[slice.param_index]);
-        update.tensor_sizes.push_back(slice.size);
+  retained_.release_after([&] {
+    run_round(round_version(), [&] {
+      // The worker opens it with the first chunk and keeps it mapped until the round's finish.
+      retained_.retain(buffer_);
+      for (const auto& chunk : plan) {
+        protocol::IpcUpdateInfo update;
+        update.packed_handle = protocol::IpcHandleSet{{uuid, buffer_->handle}};
+        for (const auto& slice : chunk.slices) {
+          at::Tensor t = stream.next();
+          // On the stream the caller's tensors were written on, so that each is read whole.
+          transport::copy_device_bytes(buffer_->memory.data() + slice.offset, t.data_ptr(),
+                                       slice.size, info_.device);
+          update.params.push_back(meta[slice.param_index]);
+          update.tensor_sizes.push_back(slice.size);
+        }
+        // A device-to-device copy does not make the host wait: the chunk must be whole before its
+        // handle goes out, or the worker, in another process, reads it half-written.
+        transport::wait_for_current_stream(info_.device);
+        // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
+        update_in_place(update.to_json(), info_.timeout);
       }
-      // A device-to-device copy does not make the host wait: the chunk must be whole before its
-      // handle goes out, or the worker, in another process, reads it half-written.
-      transport::wait_for_current_stream(info_.device);
-      // Returns once the worker has copied the chunk out and synchronized: the buffer is free.
-      update_in_place(update.to_json(), info_.timeout);
-    }
-    stream.finish();
+      stream.finish();
+    });
   });
 }
 
 void IpcTrainerEngine::shutdown() {
-  buffer_.reset();
+  retained_.end_session(client());
+  buffer_.reset();  // freed here only if no worker may map it; otherwise retained_ still holds it
 }
 
 }  // namespace hotswap::trainer_sdk

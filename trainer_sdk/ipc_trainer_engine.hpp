@@ -12,6 +12,13 @@
 // init and each update_weights run on a side thread, bounded by `timeout`, as on the other
 // backends: the trainer waits for the worker's read without being held past its timeout, and
 // the fault-injection points (round_hook.hpp) fall inside those calls.
+//
+// The worker keeps what it opened mapped until the round's finish_weight_update (or an abort,
+// or a shutdown of its channel), and freeing memory another process still maps is undefined
+// behaviour. So every export is held (RetainedExports) from before its handle goes out until
+// the worker has answered such a call; a round that failed or timed out leaves its exports held
+// until a later round finishes or shutdown() gets the worker to close them, and an engine
+// destroyed without that word leaks them on purpose rather than free them.
 #pragma once
 
 #include <chrono>
@@ -20,6 +27,7 @@
 #include "protocol/backend_names.hpp"
 #include "protocol/nccl_info.hpp"
 #include "protocol/timeouts.hpp"
+#include "trainer_sdk/retained_exports.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
@@ -45,15 +53,22 @@ class IpcTrainerEngine final : public TrainerWeightTransferEngine {
   ~IpcTrainerEngine() override;
 
   void send_weights() override;
+  // When a failed round left exports held, first ends the workers' session and channel
+  // (abort_and_shutdown_weight_transfer_engine, best effort): only their answer frees them.
   void shutdown() override;
+
+  // How many exports (tensors, or the packed buffer) a worker may still map: those of rounds
+  // that failed or timed out, until a later round finishes or shutdown() ends the session.
+  std::size_t retained_exports() const { return retained_.size(); }
 
  private:
   void send_unpacked(const std::vector<protocol::ParamMeta>& meta);
   void send_packed(const std::vector<protocol::ParamMeta>& meta);
 
   IpcTrainerInitInfo info_;
-  struct Buffer;  // the packed buffer
-  std::unique_ptr<Buffer> buffer_;
+  struct Buffer;                    // the packed buffer
+  std::shared_ptr<Buffer> buffer_;  // shared with retained_ while a worker may map it
+  RetainedExports retained_;
 };
 
 }  // namespace hotswap::trainer_sdk

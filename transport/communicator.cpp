@@ -19,4 +19,10 @@ std::unique_ptr<PendingCollective> Communicator::start_broadcast(
   return std::make_unique<CompletedCollective>();
 }
 
+void Communicator::queue_all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {
+  all_reduce_sum(tensor, timeout);
+}
+
+void Communicator::wait_queued(std::chrono::milliseconds) {}
+
 }  // namespace hotswap::transport

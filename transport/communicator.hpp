@@ -41,6 +41,17 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> start_broadcast(at::Tensor tensor, int root,
                                                              std::chrono::milliseconds timeout);
   virtual void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) = 0;
+  // The same all-reduce for a caller that reads the sum only through the device's own ordering
+  // (the kernels it queues next on its current stream): on a device communicator (NCCL) it is
+  // queued after the caller's work and before the caller's next kernels, and the host does not
+  // wait. Tensor-parallel forward steps issue two per layer; a host wait for each made decode
+  // launch-bound. Every queued collective is waited for, against a timeout, by the next
+  // wait_queued(), which a caller calls once per step before it reads a result on the host. The
+  // default (gloo, a host collective) runs it to completion at once.
+  virtual void queue_all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout);
+  // Blocks until every collective queued so far has completed on the device: TransferError or
+  // TimeoutError (the communicator then aborted) as the blocking calls. A no-op when none is.
+  virtual void wait_queued(std::chrono::milliseconds timeout);
   // Makes every blocked or later call fail promptly; the communicator is unusable afterwards.
   virtual void abort() = 0;
   // The TCPStore the group met through, for the little the ranks of one side must tell each

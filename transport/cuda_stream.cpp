@@ -1,6 +1,7 @@
 #include "transport/cuda_stream.hpp"
 
 #ifdef HOTSWAP_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -49,6 +50,18 @@ bool CudaEvent::query() const {
 void order_after(cudaStream_t stream, cudaStream_t after, CudaEvent& event) {
   event.record(after);
   HOTSWAP_CUDA_CHECK(cudaStreamWaitEvent(stream, event.get(), 0));
+}
+
+void keep_until_stream_done(const at::Tensor& tensor, cudaStream_t stream) {
+#ifdef HOTSWAP_TORCH_HAS_CUDA
+  if (!tensor.is_cuda() || !tensor.has_storage()) return;
+  const auto device = tensor.device().index();
+  c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(),
+                                                c10::cuda::getStreamFromExternal(stream, device));
+#else
+  (void)tensor;
+  (void)stream;
+#endif
 }
 
 void copy_device_bytes(void* destination, const void* source, std::size_t bytes,

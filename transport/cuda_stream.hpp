@@ -10,6 +10,7 @@
 #pragma once
 
 #ifdef HOTSWAP_WITH_CUDA
+#include <ATen/core/Tensor.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -55,6 +56,12 @@ class CudaEvent {
 // Makes `stream` wait (on the device, not the host) for everything queued on `after` so far,
 // through `event`.
 void order_after(cudaStream_t stream, cudaStream_t after, CudaEvent& event);
+
+// Tells libtorch's caching allocator that `tensor`'s memory is in use on `stream` (recordStream):
+// when the caller frees it, the allocator hands it out again only once the work queued on
+// `stream` so far has finished, not as soon as the caller's own stream has moved on. A no-op
+// where libtorch has no CUDA (its allocator is not the one that owns the memory).
+void keep_until_stream_done(const at::Tensor& tensor, cudaStream_t stream);
 
 // Byte copy between device pointers, queued on `stream`. It is asynchronous to the host, like
 // every device-to-device cudaMemcpy: the bytes are in place once `stream` has been synchronized.

@@ -7,6 +7,7 @@
 #include "protocol/errors.hpp"
 
 #ifdef HOTSWAP_WITH_CUDA
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -66,26 +67,88 @@ c10::Device cuda_device(int index) {
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-DeviceScope::DeviceScope(const c10::Device& device) {
 #ifdef HOTSWAP_WITH_CUDA
-  if (!device.is_cuda()) return;
+namespace {
+
+int runtime_current_device() {
   int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {  // no driver or no device: cudaSetDevice says so
-    cudaGetLastError();
-    current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: the cudaSetDevice that follows says so
+    return -1;
   }
-  if (current == cuda_index(device)) return;
-  HOTSWAP_CUDA_CHECK(cudaSetDevice(cuda_index(device)));
-  previous_ = current;
+  return current;
+}
+
+// Through the driver's entry points, which the runtime hands out: linking libcuda itself would
+// stop every binary from loading on a machine without a driver (CI).
+bool runtime_has_primary_context(int index) {
+  using DeviceGet = CUresult (*)(CUdevice*, int);
+  using PrimaryCtxGetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const auto entry = [](const char* name) -> void* {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    cudaError_t status =
+        cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
 #else
-  (void)device;
+    cudaError_t status = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
 #endif
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return fn;
+  };
+  static const auto device_get = reinterpret_cast<DeviceGet>(entry("cuDeviceGet"));
+  static const auto get_state =
+      reinterpret_cast<PrimaryCtxGetState>(entry("cuDevicePrimaryCtxGetState"));
+  if (device_get == nullptr || get_state == nullptr) return false;  // nothing to keep alive
+  CUdevice device = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  if (device_get(&device, index) != CUDA_SUCCESS) return false;
+  return get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
+void runtime_make_current(int index) {
+  const cudaError_t status = cudaSetDevice(index);
+  if (status != cudaSuccess) {
+    const std::string call = "cudaSetDevice(" + std::to_string(index) + ")";
+    throw_cuda_error(status, call.c_str(), __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+const CudaDeviceRuntime& cuda_device_runtime() {
+  static const CudaDeviceRuntime runtime{&runtime_current_device, &runtime_has_primary_context,
+                                         &runtime_make_current};
+  return runtime;
+}
+#else
+const CudaDeviceRuntime& cuda_device_runtime() {
+  static const CudaDeviceRuntime runtime{[] { return -1; }, [](int) { return false; },
+                                         [](int) { throw_needs_gpu_build("a CUDA device needs"); }};
+  return runtime;
+}
+#endif
+
+DeviceScope::DeviceScope(const c10::Device& device, const CudaDeviceRuntime& runtime)
+    : runtime_(runtime) {
+  if (!device.is_cuda() || !built_with_cuda()) return;
+  const int wanted = cuda_index(device);
+  const int current = runtime_.current();
+  if (current == wanted) return;
+  runtime_.make_current(wanted);
+  if (current >= 0 && runtime_.has_primary_context(current)) previous_ = current;
 }
 
 DeviceScope::~DeviceScope() {
-#ifdef HOTSWAP_WITH_CUDA
-  if (previous_ >= 0) cudaSetDevice(previous_);
-#endif
+  if (previous_ < 0) return;
+  try {
+    runtime_.make_current(previous_);
+  } catch (...) {  // a destructor must not throw; the device stays as the scope left it
+  }
 }
 
 void synchronize_device(const c10::Device& device) {

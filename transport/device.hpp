@@ -17,18 +17,36 @@ c10::Device parse_device(const std::string& name);
 // A no-op for the CPU; a RuntimeError for a CUDA device in a build without CUDA.
 void synchronize_device(const c10::Device& device);
 
+// The three questions a DeviceScope asks the CUDA runtime, as a table, so that its logic is
+// tested without a GPU (a fake table) and runs against the real runtime otherwise.
+struct CudaDeviceRuntime {
+  int (*current)();                  // cudaGetDevice; -1 when it fails (no driver, no device)
+  bool (*has_primary_context)(int);  // whether the device's primary context is active
+  void (*make_current)(int);         // cudaSetDevice; throws on failure
+};
+// The CUDA runtime's table (GPU builds); a table that reports no device elsewhere.
+const CudaDeviceRuntime& cuda_device_runtime();
+
 // Makes `device` the current CUDA device of this thread for the scope, and restores the one
 // before at its end. The CUDA runtime's current device is per thread, and pooled threads serve
 // any call: every entry point that calls the runtime or NCCL directly (libtorch's own ops set
 // the device from their tensors) opens one. A no-op for the CPU and in builds without CUDA.
+//
+// A fresh thread's cudaGetDevice says 0 without any context behind it; "restoring" that 0 would
+// create a primary context on GPU 0 (CUDA 12 makes one at cudaSetDevice) in every worker, rank
+// and trainer process working on cuda:K>0: a few hundred MB of GPU 0 each, and a process on a
+// GPU it was never given. So the device before is restored only when its primary context is
+// active, as PyTorch's device guard does.
 class DeviceScope {
  public:
-  explicit DeviceScope(const c10::Device& device);
+  explicit DeviceScope(const c10::Device& device) : DeviceScope(device, cuda_device_runtime()) {}
+  DeviceScope(const c10::Device& device, const CudaDeviceRuntime& runtime);
   ~DeviceScope();
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
+  const CudaDeviceRuntime& runtime_;
   int previous_ = -1;  // -1: nothing to restore
 };
 

@@ -5,6 +5,7 @@
 
 #ifdef HOTSWAP_WITH_CUDA
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <thread>
 
@@ -39,6 +40,8 @@ NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<Rende
 NcclCommunicator::~NcclCommunicator() = default;
 void NcclCommunicator::broadcast(at::Tensor&, int, std::chrono::milliseconds) {}
 void NcclCommunicator::all_reduce_sum(at::Tensor&, std::chrono::milliseconds) {}
+void NcclCommunicator::queue_all_reduce_sum(at::Tensor&, std::chrono::milliseconds) {}
+void NcclCommunicator::wait_queued(std::chrono::milliseconds) {}
 void NcclCommunicator::abort() {}
 
 #else
@@ -94,17 +97,29 @@ struct NcclCommunicator::Handles {
   // Collectives run here, non-blocking: a broadcast waiting on a slow peer must not hold back
   // the forward kernels libtorch queues on its own stream meanwhile.
   CudaStream stream;
-  CudaEvent ready;  // the caller's stream, up to the call: the collective waits for it
-  CudaEvent done;   // the collective's end, polled against the timeout
+  CudaEvent ready;        // the caller's stream, up to the call: the collective waits for it
+  CudaEvent done;         // the collective's end, polled against the timeout
+  CudaEvent queued_done;  // a queued all-reduce's end, which the caller's stream waits for
+
+  bool queued = false;  // a queued all-reduce not yet waited for
 
   // Aborting never waits on peers, unlike ncclCommDestroy, so it is also the teardown path.
-  void abort_locked() {
-    if (comm != nullptr) ncclCommAbort(comm);
+  // Returns what went wrong with the abort itself ("" when nothing did): its callers are
+  // already failing, and add it to their error; the ones that cannot throw print it.
+  std::string abort_locked() {
+    ncclResult_t aborted = ncclSuccess;
+    if (comm != nullptr) aborted = ncclCommAbort(comm);
     comm = nullptr;
+    queued = false;
+    if (aborted == ncclSuccess) return "";
+    return std::string(" (ncclCommAbort failed too: ") + ncclGetErrorString(aborted) + ")";
   }
   ~Handles() {
     std::lock_guard lock(mutex);
-    abort_locked();
+    report_abort_failure(abort_locked());
+  }
+  static void report_abort_failure(const std::string& failure) {
+    if (!failure.empty()) std::cerr << "hotswap: NCCL communicator teardown" << failure << "\n";
   }
 };
 
@@ -131,9 +146,9 @@ NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<Rende
     if (started != ncclSuccess && started != ncclInProgress) {
       // A non-blocking init may hand back a communicator even when it fails at once: it is
       // aborted here, not left to whoever holds the handles.
-      handles_->abort_locked();
+      const std::string abort_failure = handles_->abort_locked();
       throw protocol::TransferError("ncclCommInitRankConfig " + as_rank +
-                                    " failed: " + ncclGetErrorString(started));
+                                    " failed: " + ncclGetErrorString(started) + abort_failure);
     }
   }
   const auto deadline = Clock::now() + setup.timeout;
@@ -145,15 +160,15 @@ NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<Rende
       const ncclResult_t state = async_state(handles_->comm);
       if (state != ncclInProgress && state != ncclSuccess) {
         std::string detail = ncclGetLastError(handles_->comm);
-        handles_->abort_locked();
+        detail += handles_->abort_locked();
         throw protocol::TransferError("NCCL init " + as_rank +
                                       " failed: " + ncclGetErrorString(state) + " " + detail);
       }
       if (state == ncclSuccess) break;
       if (Clock::now() >= deadline) {
-        handles_->abort_locked();
+        const std::string abort_failure = handles_->abort_locked();
         throw protocol::TimeoutError("NCCL init " + as_rank + " did not complete within " +
-                                     ms(setup.timeout) + ": a peer never joined");
+                                     ms(setup.timeout) + ": a peer never joined" + abort_failure);
       }
     }
     backoff.pause();
@@ -163,20 +178,23 @@ NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<Rende
   HOTSWAP_CUDA_CHECK(cudaMalloc(&warm, sizeof(float)));
   std::unique_ptr<float, decltype(&cudaFree)> owned(warm, &cudaFree);
   HOTSWAP_CUDA_CHECK(cudaMemsetAsync(warm, 0, sizeof(float), handles_->stream.get()));
-  run(
-      "warm-up all-reduce",
+  enqueue(
+      "warm-up all-reduce", nullptr,
       [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclAllReduce(warm, warm, 1, ncclFloat32, ncclSum, comm, stream);
       },
       setup.timeout);
+  wait_for_stream("warm-up all-reduce", setup.timeout);
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
 
 template <class Enqueue>
-void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milliseconds timeout) {
+void NcclCommunicator::enqueue(const char* what, const at::Tensor* tensor, Enqueue issue,
+                               std::chrono::milliseconds timeout) {
   DeviceScope scope(cuda_device(setup_.device));
   const auto deadline = Clock::now() + timeout;
+  ncclResult_t r = ncclSuccess;
   {
     std::lock_guard lock(handles_->mutex);
     if (handles_->comm == nullptr) {
@@ -186,14 +204,46 @@ void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milli
     // The caller's tensors are written on its current stream (libtorch's, any of them): the
     // collective starts after that work, on the device, without a host wait.
     order_after(handles_->stream.get(), torch_current_stream(setup_.device), handles_->ready);
-    ncclResult_t r = enqueue(handles_->comm, handles_->stream.get());
+    if (tensor != nullptr) keep_until_stream_done(*tensor, handles_->stream.get());
+    r = issue(handles_->comm, handles_->stream.get());
     if (r != ncclSuccess && r != ncclInProgress) {
       std::string detail = ncclGetLastError(handles_->comm);
-      handles_->abort_locked();
+      detail += handles_->abort_locked();
       throw protocol::TransferError(std::string("NCCL ") + what +
                                     " failed: " + ncclGetErrorString(r) + " " + detail);
     }
   }
+  // A non-blocking communicator may answer ncclInProgress while it is still putting the
+  // collective on the stream (connecting to a peer, say): whatever is queued after it, an event
+  // the caller's stream waits on among them, must come after that, so this waits it out.
+  Backoff backoff;
+  while (r == ncclInProgress) {
+    {
+      std::lock_guard lock(handles_->mutex);
+      if (handles_->comm == nullptr) {
+        throw protocol::TransferError(std::string("NCCL ") + what + " was aborted");
+      }
+      r = async_state(handles_->comm);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        std::string detail = ncclGetLastError(handles_->comm);
+        detail += handles_->abort_locked();
+        throw protocol::TransferError(std::string("NCCL ") + what +
+                                      " failed: " + ncclGetErrorString(r) + " " + detail);
+      }
+      if (r == ncclInProgress && Clock::now() >= deadline) {
+        const std::string abort_failure = handles_->abort_locked();
+        throw protocol::TimeoutError(
+            std::string("NCCL ") + what + " was not enqueued within " + ms(timeout) +
+            ": a peer is gone or stuck; the communicator was aborted" + abort_failure);
+      }
+    }
+    if (r == ncclInProgress) backoff.pause();
+  }
+}
+
+void NcclCommunicator::wait_for_stream(const char* what, std::chrono::milliseconds timeout) {
+  DeviceScope scope(cuda_device(setup_.device));
+  const auto deadline = Clock::now() + timeout;
   bool recorded = false;
   Backoff backoff;
   for (;;) {
@@ -205,7 +255,7 @@ void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milli
       const ncclResult_t state = async_state(handles_->comm);
       if (state != ncclSuccess && state != ncclInProgress) {
         std::string detail = ncclGetLastError(handles_->comm);
-        handles_->abort_locked();
+        detail += handles_->abort_locked();
         throw protocol::TransferError(std::string("NCCL ") + what +
                                       " failed: " + ncclGetErrorString(state) + " " + detail);
       }
@@ -219,16 +269,19 @@ void NcclCommunicator::run(const char* what, Enqueue enqueue, std::chrono::milli
         try {
           finished = handles_->done.query();
         } catch (...) {
-          handles_->abort_locked();
+          Handles::report_abort_failure(handles_->abort_locked());
           throw;
         }
-        if (finished) return;
+        if (finished) {
+          handles_->queued = false;
+          return;
+        }
       }
       if (Clock::now() >= deadline) {
-        handles_->abort_locked();
-        throw protocol::TimeoutError(std::string("NCCL ") + what + " did not complete within " +
-                                     ms(timeout) +
-                                     ": a peer is gone or stuck; the communicator was aborted");
+        const std::string abort_failure = handles_->abort_locked();
+        throw protocol::TimeoutError(
+            std::string("NCCL ") + what + " did not complete within " + ms(timeout) +
+            ": a peer is gone or stuck; the communicator was aborted" + abort_failure);
       }
     }
     backoff.pause();
@@ -252,31 +305,50 @@ void NcclCommunicator::broadcast(at::Tensor& tensor, int root, std::chrono::mill
   check_device_tensor(tensor, "broadcast");
   const NcclElements e = nccl_elements_of(tensor);
   void* data = tensor.data_ptr();
-  run(
-      "broadcast",
+  enqueue(
+      "broadcast", &tensor,
       [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclBroadcast(data, data, e.count, static_cast<ncclDataType_t>(e.datatype), root,
                              comm, stream);
       },
       timeout);
+  wait_for_stream("broadcast", timeout);
 }
 
 void NcclCommunicator::all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {
+  queue_all_reduce_sum(tensor, timeout);
+  wait_queued(timeout);
+}
+
+void NcclCommunicator::queue_all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {
   check_device_tensor(tensor, "all-reduce");
   const NcclElements e = nccl_elements_of(tensor);
   void* data = tensor.data_ptr();
-  run(
-      "all-reduce",
+  enqueue(
+      "all-reduce", &tensor,
       [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclAllReduce(data, data, e.count, static_cast<ncclDataType_t>(e.datatype), ncclSum,
                              comm, stream);
       },
       timeout);
+  // The caller's next kernels read the sum: its stream waits for it, on the device.
+  std::lock_guard lock(handles_->mutex);
+  DeviceScope scope(cuda_device(setup_.device));
+  order_after(torch_current_stream(setup_.device), handles_->stream.get(), handles_->queued_done);
+  handles_->queued = true;
+}
+
+void NcclCommunicator::wait_queued(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(handles_->mutex);
+    if (!handles_->queued) return;
+  }
+  wait_for_stream("all-reduce", timeout);
 }
 
 void NcclCommunicator::abort() {
   std::lock_guard lock(handles_->mutex);
-  handles_->abort_locked();
+  Handles::report_abort_failure(handles_->abort_locked());
 }
 
 #endif

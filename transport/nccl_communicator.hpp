@@ -12,7 +12,11 @@
 //   queued on libtorch's streams meanwhile (generation during an update) do not wait behind a
 //   collective that waits for a slow peer. The call returns once the collective has completed
 //   on the device (polled with the communicator's async error), so the bytes are in place when
-//   it returns, for every stream.
+//   it returns, for every stream. A queued all-reduce (tensor-parallel forward steps) skips that
+//   host wait: the caller's stream waits for it on the device, and wait_queued() polls once.
+// - The tensors a collective uses are recorded on the communicator's stream with libtorch's
+//   caching allocator, so that memory freed by the caller (after a timeout, say) is not handed
+//   out again before the collective has let go of it.
 // - On a timeout or an asynchronous NCCL error the communicator is aborted (ncclCommAbort), so a
 //   dead peer never leaves the worker blocked; the engine then drops it and a new handshake
 //   builds a fresh one.
@@ -73,13 +77,20 @@ class NcclCommunicator final : public Communicator {
   c10::DeviceType device_type() const override { return c10::DeviceType::CUDA; }
   void broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) override;
   void all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
+  void queue_all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) override;
+  void wait_queued(std::chrono::milliseconds timeout) override;
   void abort() override;
   RendezvousStore* store() override { return store_.get(); }
 
  private:
   struct Handles;
+  // Queues a collective on the communicator's stream after the caller's current stream's work;
+  // returns once NCCL has put it there (a non-blocking communicator may take a while).
   template <class Enqueue>
-  void run(const char* what, Enqueue enqueue, std::chrono::milliseconds timeout);
+  void enqueue(const char* what, const at::Tensor* tensor, Enqueue issue,
+               std::chrono::milliseconds timeout);
+  // Waits until everything on the communicator's stream has completed, or the timeout passes.
+  void wait_for_stream(const char* what, std::chrono::milliseconds timeout);
 
   NcclSetup setup_;
   std::unique_ptr<RendezvousStore> store_;

@@ -17,6 +17,7 @@
 
 #include "protocol/timeouts.hpp"
 #include "transport/child_process.hpp"
+#include "worker/device_plan.hpp"
 #include "worker/event_fd.hpp"
 
 using namespace hotswap;
@@ -78,6 +79,27 @@ int main(int argc, char** argv) {
   if (!device_list.empty() && static_cast<int>(device_list.size()) != replicas) {
     std::cerr << "hotswap-launch: --devices lists " << device_list.size() << " devices for "
               << replicas << " replicas\n";
+    return 2;
+  }
+  // Each replica's device: its --devices entry, else the --device every replica is given (the
+  // worker's default, the CPU, without one).
+  std::string shared_device = "cpu";
+  for (std::size_t i = 0; i < worker_args.size(); ++i) {
+    if (worker_args[i] == "--device" && i + 1 < worker_args.size()) {
+      shared_device = worker_args[i + 1];
+    } else if (worker_args[i].starts_with("--device=")) {
+      shared_device = worker_args[i].substr(9);
+    }
+  }
+  std::vector<std::string> replica_devices =
+      device_list.empty() ? std::vector<std::string>(replicas, shared_device) : device_list;
+  try {
+    // Before any replica starts: one started on a GPU another replica's rank uses, or past the
+    // machine's last, would hang in NCCL instead of failing.
+    worker::plan_devices_on_this_machine(replica_devices, tensor_parallel_size,
+                                         device_list.empty() ? "--device" : "--devices");
+  } catch (const std::exception& e) {
+    std::cerr << "hotswap-launch: " << e.what() << "\n";
     return 2;
   }
 

@@ -14,6 +14,7 @@
 #include "receiver/weight_transfer_engine_factory.hpp"
 #include "transport/device.hpp"
 #include "transport/exception_text.hpp"
+#include "worker/device_plan.hpp"
 #include "worker/parallel/tensor_parallel_model.hpp"
 #include "worker/weight_update_metrics.hpp"
 
@@ -33,10 +34,11 @@ model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
   }
   m.update_mode = o.update_mode;
   m.device = transport::parse_device(o.device);
-  // Tensor-parallel rank r of a worker on cuda:N runs on cuda:N+r, one device per rank.
-  if (m.device.is_cuda() && o.tensor_parallel_rank > 0) {
-    m.device = c10::Device(
-        c10::kCUDA, static_cast<c10::DeviceIndex>(m.device.index() + o.tensor_parallel_rank));
+  // One device per tensor-parallel rank, from the plan, which refuses ranks past the machine's
+  // last GPU: in rank 0, before it starts the others, rather than after its NCCL init times out.
+  if (m.device.is_cuda()) {
+    const auto ranks = plan_devices_on_this_machine({o.device}, o.tensor_parallel_size).front();
+    m.device = transport::cuda_device(ranks.at(static_cast<std::size_t>(o.tensor_parallel_rank)));
   }
   m.collective_timeout = o.timeout();
   m.enable_expert_parallel = o.enable_expert_parallel;
@@ -52,8 +54,9 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   std::shared_ptr<model_loader::ServableModel> shard;
   std::shared_ptr<TensorParallelModel> sharded;
   if (options.tensor_parallel_size > 1) {
-    tensor_parallel_ = std::make_shared<TensorParallelGroup>(options);
+    // The flags' checks (devices for every rank among them) before any rank process starts.
     auto shard_options = model_options_for(options);
+    tensor_parallel_ = std::make_shared<TensorParallelGroup>(options);
     shard_options.tensor_parallel_group = tensor_parallel_->communicator();
     shard = model_loader::load_model(options.model, shard_options);
     tensor_parallel_->wait_until_ready();

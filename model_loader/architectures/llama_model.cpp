@@ -132,7 +132,7 @@ at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param,
                                     std::size_t bias) const {
   if (tp().size == 1) return linear_with_bias(x, param, bias);
   at::Tensor y = linear(x, param, at::kFloat);
-  all_reduce(y);
+  queue_all_reduce(y);
   if (bias != kNone) y = y + store()[bias].value.to(at::kFloat);
   return y.to(x.scalar_type());
 }
@@ -145,7 +145,7 @@ at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
   at::Tensor held = (local >= 0).logical_and(local < vocab_.size);
   at::Tensor rows = table.index({local.masked_fill(held.logical_not(), 0)}).to(compute_dtype_);
   rows = rows.masked_fill(held.logical_not().unsqueeze(1), 0);
-  all_reduce(rows);
+  queue_all_reduce(rows);
   return rows;
 }
 
@@ -154,7 +154,7 @@ at::Tensor LlamaModel::logits(const at::Tensor& h) const {
   if (vocab_.whole()) return local;
   at::Tensor full = at::zeros({h.size(0), config().vocab_size}, local.options());
   full.narrow(1, vocab_.start, vocab_.size).copy_(local);
-  all_reduce(full);
+  queue_all_reduce(full);
   return full;
 }
 
@@ -199,7 +199,7 @@ at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const 
     out.index_add_(0, tokens, (y * weight_of.narrow(0, start, count[e])).to(at::kFloat));
   }
   // Each rank ran its slice of every expert's width, or (expert parallelism) its own experts.
-  all_reduce(out);
+  queue_all_reduce(out);
   return out.to(x.scalar_type());
 }
 
@@ -316,7 +316,11 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     h = h.index({at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store().device())});
   }
   h = rms_norm(h, final_norm_);
-  return logits(h);
+  at::Tensor out = logits(h);
+  // The step's collectives ran on the device without a host wait each: one wait here, against
+  // the collective timeout, before anyone reads the logits.
+  finish_collectives();
+  return out;
 }
 
 }  // namespace hotswap::model_loader

@@ -1,12 +1,19 @@
 // The GPU paths end to end: generation on cuda:0 against the CPU's, in process and in a real
 // hotswap-worker; the data planes between this test process (the trainer) and real
 // hotswap-worker processes on GPUs: ipc on one GPU; nccl and sparse_nccl from GPU 0 to a worker
-// on GPU 1. A suite whose GPUs are missing exits with 77, which CTest reports as skipped, after
-// a line that says what it needed (scripts/gpu-check.sh runs them where there are GPUs).
+// on GPU 1; nccl from GPU 2 to a tensor-parallel worker on GPUs 0 and 1.
 //
-// Rounds that follow one another push different values (a path that moves nothing fails its
-// verification), and the ipc model is large enough (620 MB, 256 MB chunks) that a chunk whose
-// copy had not finished when its handle left would be read half-written.
+// One suite per GPU count, since CTest runs a suite as one test: generation_gpu and ipc_gpu need
+// 1, nccl_gpu and tensor_parallel_gpu 2, nccl_gpu_three 3. A suite whose GPUs are missing exits
+// with 77 at its first case, which CTest reports as skipped, after a line that says what it
+// needed and what it found; a suite that mixed counts would hide the smaller cases' results
+// behind the skip of the larger (scripts/gpu-check.sh runs them where there are GPUs).
+//
+// Every round pushes values no earlier round pushed (the trainer's tensors move by one between
+// rounds), is verified digest for digest against the trainer's tensors, and must change every
+// tensor's digest on the worker: a round that moves no bytes leaves the worker on the round
+// before's values and fails. The ipc model is large enough (620 MB, 256 MB chunks) that a chunk
+// whose copy had not finished when its handle left would be read half-written.
 #include <boost/test/unit_test.hpp>
 
 #include <ATen/Context.h>
@@ -14,11 +21,12 @@
 #include <ATen/ops/full.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
+#include <map>
+#include <string>
 
 #include "model_loader/generation.hpp"
 #include "model_loader/model_test_support.hpp"
+#include "needs_gpus.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/ipc_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
@@ -32,29 +40,13 @@
 using namespace hotswap;
 using namespace std::chrono_literals;
 using testing::CheckpointDir;
+using testing::NeedsGpus;
 using testing::WorkerProcess;
 
 namespace {
 
-template <int kGpus>
-struct NeedsGpus {
-  NeedsGpus() {
-    const auto gpu = transport::gpu_runtime_info();
-    if (gpu.device_count >= kGpus && !at::hasCUDA()) {
-      std::printf("SKIPPED: %s needs a libtorch built with CUDA; this build's is CPU-only\n",
-                  boost::unit_test::framework::current_test_case().full_name().c_str());
-      std::fflush(stdout);
-      std::exit(77);
-    }
-    if (gpu.device_count < kGpus) {
-      std::printf("SKIPPED: %s needs %d GPU(s); this machine has %d%s%s\n",
-                  boost::unit_test::framework::current_test_case().full_name().c_str(), kGpus,
-                  gpu.device_count, gpu.device_error.empty() ? "" : ": ", gpu.device_error.c_str());
-      std::fflush(stdout);
-      std::exit(77);
-    }
-  }
-};
+using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
+using Digests = std::map<std::string, std::string>;
 
 // A Llama of about 620 MB in bfloat16.
 model_loader::ModelConfig medium_config() {
@@ -78,8 +70,8 @@ struct Models {
   CheckpointDir old_ckpt;
 
   // The old checkpoint's tensors made different (+1) on `device`, as a trainer holds them.
-  std::vector<std::pair<std::string, at::Tensor>> on(int device) const {
-    std::vector<std::pair<std::string, at::Tensor>> out;
+  Tensors on(int device) const {
+    Tensors out;
     for (auto& [name, t] : old_ckpt.tensors())
       out.emplace_back(
           name, t.to(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device))).add_(1));
@@ -94,8 +86,8 @@ struct Models {
   }
 };
 
-struct OneGpu : NeedsGpus<1>, Models {};
 struct TwoGpus : NeedsGpus<2>, Models {};
+struct ThreeGpus : NeedsGpus<3>, Models {};
 struct MediumModel : NeedsGpus<1>, Models {
   MediumModel() : Models(medium_config()) {}
 };
@@ -121,6 +113,38 @@ void expect_same_generation(const std::vector<std::string>& reference_args,
     BOOST_TEST(std::abs(replies[1]["logprobs"][t].get<double>() -
                         replies[0]["logprobs"][t].get<double>()) <= tolerance);
   }
+}
+
+// What the worker holds: its checkpoint-format SHA-256 digests, by Hugging Face name.
+Digests held_by(trainer_sdk::WeightSyncClient& client) {
+  auto workers = client.checkpoint_checksums();
+  BOOST_REQUIRE_EQUAL(workers.size(), 1u);
+  return workers.front().second;
+}
+
+// Moves every element by one: the next round's values, which no round before it pushed.
+void next_round_values(Tensors& tensors) {
+  for (auto& [name, t] : tensors)
+    t.add_(1);
+}
+
+// One round, verified (the worker then holds exactly the trainer's tensors, digest for digest),
+// that must have changed the digest of every tensor the worker held before it (`last`, updated).
+// Verification alone cannot tell a round that moved nothing from one whose values were the
+// same as the round before's; this check makes sure the values were new, so it could.
+void push_new_values(trainer_sdk::TrainerWeightTransferEngine& engine,
+                     trainer_sdk::ZmqWeightSyncClient& client, const std::string& version,
+                     Digests& last) {
+  engine.push({version, /*verify=*/true});
+  BOOST_TEST(client.call("weight_info")["weight_version"] == version);
+  Digests now = held_by(client);
+  BOOST_TEST(now.size() == last.size());
+  for (const auto& [name, digest] : now) {
+    const auto before = last.find(name);
+    BOOST_TEST((before != last.end() && before->second != digest),
+               "round " + version + " left " + name + " as it was");
+  }
+  last = std::move(now);
 }
 
 }  // namespace
@@ -162,6 +186,7 @@ BOOST_FIXTURE_TEST_SUITE(ipc_gpu, MediumModel)
 BOOST_AUTO_TEST_CASE(a_colocated_trainer_pushes_changing_verified_rounds_unpacked_and_packed) {
   auto w = worker("ipc", 0);
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 120s);
+  Digests last = held_by(*client);  // the old checkpoint's
   auto tensors = on(0);
   auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
   // Each change is queued on the GPU just before the next round reads the tensors.
@@ -172,19 +197,18 @@ BOOST_AUTO_TEST_CASE(a_colocated_trainer_pushes_changing_verified_rounds_unpacke
   {
     trainer_sdk::IpcTrainerInitInfo info(0);
     auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    engine->push({"ipc-unpacked", true});
+    push_new_values(*engine, *client, "ipc-unpacked", last);
     change(0.5);
-    engine->push({"ipc-unpacked-2", true});
+    push_new_values(*engine, *client, "ipc-unpacked-2", last);
   }
   trainer_sdk::IpcTrainerInitInfo info(0);
   info.packed = true;
   info.packed_buffer_size_bytes = 256ll << 20;  // three chunks through one reused buffer
   auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
   change(-1);
-  engine->push({"ipc-packed", true});
+  push_new_values(*engine, *client, "ipc-packed", last);
   change(0.5);
-  engine->push({"ipc-packed-2", true});
-  BOOST_TEST(client->call("weight_info")["weight_version"] == "ipc-packed-2");
+  push_new_values(*engine, *client, "ipc-packed-2", last);
   // The worker on the GPU serves the weights it received.
   auto reply = client->call("generate", {{"prompt_token_ids", kPrompts[0]}, {"max_tokens", 4}});
   BOOST_TEST(reply["token_ids"].size() == 4u);
@@ -194,10 +218,12 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_FIXTURE_TEST_SUITE(nccl_gpu, TwoGpus)
 
-BOOST_AUTO_TEST_CASE(gpu_0_pushes_to_a_worker_on_gpu_1_in_both_rendezvous_modes) {
+BOOST_AUTO_TEST_CASE(gpu_0_pushes_four_changing_verified_rounds_to_gpu_1_in_both_rendezvous_modes) {
   auto w = worker("nccl", 1);
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 120s);
-  auto source = std::make_shared<trainer_sdk::TensorListSource>(on(0));
+  Digests last = held_by(*client);  // the old checkpoint's
+  auto tensors = on(0);
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
   for (bool unique_id : {false, true}) {
     for (bool packed : {true, false}) {
       trainer_sdk::NcclTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
@@ -206,8 +232,10 @@ BOOST_AUTO_TEST_CASE(gpu_0_pushes_to_a_worker_on_gpu_1_in_both_rendezvous_modes)
       info.packed_buffer_size_bytes = 4096;
       info.timeout = 60s;
       auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-      engine->push({std::string(unique_id ? "uid" : "tcp") + (packed ? "-packed" : ""), true});
+      push_new_values(*engine, *client,
+                      std::string(unique_id ? "uid" : "tcp") + (packed ? "-packed" : ""), last);
       engine->shutdown();
+      next_round_values(tensors);
     }
   }
 }
@@ -234,9 +262,9 @@ BOOST_AUTO_TEST_SUITE_END()
 
 // Tensor parallelism on GPUs: the ranks' all-reduces run over NCCL (RankCollectives), one
 // device per rank.
-BOOST_AUTO_TEST_SUITE(tensor_parallel_gpu)
+BOOST_FIXTURE_TEST_SUITE(tensor_parallel_gpu, NeedsGpus<2>)
 
-BOOST_FIXTURE_TEST_CASE(a_tp_2_worker_on_cuda_0_and_1_generates_what_tp_1_does, TwoGpus) {
+BOOST_AUTO_TEST_CASE(a_tp_2_worker_on_cuda_0_and_1_generates_what_tp_1_does) {
   CheckpointDir ckpt(testing::tiny_config(model_loader::architectures::kQwen3), 33);
   const std::vector<std::string> on_cuda_0 = {
       "--model", ckpt.dir.path.string(), "--device", "cuda:0", "--timeout", "60"};
@@ -245,15 +273,20 @@ BOOST_FIXTURE_TEST_CASE(a_tp_2_worker_on_cuda_0_and_1_generates_what_tp_1_does, 
   expect_same_generation(on_cuda_0, tp_2, 1e-3);
 }
 
-// The trainer on cuda:2, the worker's ranks on cuda:0 and cuda:1: a group of 3 devices.
-BOOST_FIXTURE_TEST_CASE(an_nccl_round_reaches_both_ranks_of_a_tp_2_worker, NeedsGpus<3>) {
-  Models models;
+BOOST_AUTO_TEST_SUITE_END()
+
+// The trainer on cuda:2, the worker's ranks on cuda:0 and cuda:1: an NCCL group of 3 devices.
+BOOST_FIXTURE_TEST_SUITE(nccl_gpu_three, ThreeGpus)
+
+BOOST_AUTO_TEST_CASE(changing_verified_nccl_rounds_reach_both_ranks_of_a_tp_2_worker) {
   WorkerProcess w(
-      {"--model", models.old_ckpt.dir.path.string(), "--device", "cuda:0", "--tensor-parallel-size",
-       "2", "--weight-transfer-config", R"({"backend": "nccl"})", "--timeout", "60"},
+      {"--model", old_ckpt.dir.path.string(), "--device", "cuda:0", "--tensor-parallel-size", "2",
+       "--weight-transfer-config", R"({"backend": "nccl"})", "--timeout", "60"},
       120s);
   auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w.endpoint(), 120s);
-  auto source = std::make_shared<trainer_sdk::TensorListSource>(models.on(2));
+  Digests last = held_by(*client);  // the old checkpoint's
+  auto tensors = on(2);
+  auto source = std::make_shared<trainer_sdk::TensorListSource>(tensors);
   for (bool packed : {true, false}) {
     trainer_sdk::NcclTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
     info.device = 2;
@@ -261,8 +294,9 @@ BOOST_FIXTURE_TEST_CASE(an_nccl_round_reaches_both_ranks_of_a_tp_2_worker, Needs
     info.packed_buffer_size_bytes = 4096;
     info.timeout = 60s;
     auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    engine->push({packed ? "tp-packed" : "tp-unpacked", /*verify=*/true});
+    push_new_values(*engine, *client, packed ? "tp-packed" : "tp-unpacked", last);
     engine->shutdown();
+    next_round_values(tensors);
   }
 }
 

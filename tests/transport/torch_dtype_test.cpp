@@ -8,6 +8,9 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 #include "transport/device.hpp"
@@ -66,6 +69,69 @@ BOOST_AUTO_TEST_CASE(gpu_runtime_reports_what_the_build_and_machine_offer) {
   } else {
     BOOST_CHECK_NO_THROW(transport::synchronize_device(c10::Device(c10::kCUDA, 0)));
   }
+}
+
+// A CUDA runtime in a table, for DeviceScope's logic without a GPU: what the thread's current
+// device is, which devices have an active primary context, and every cudaSetDevice asked for.
+struct FakeCudaRuntime {
+  static inline int current = 0;
+  static inline std::vector<int> active;
+  static inline std::vector<int> made_current;
+  static transport::CudaDeviceRuntime table() {
+    return {
+        [] { return current; },
+        [](int index) { return std::find(active.begin(), active.end(), index) != active.end(); },
+        [](int index) {
+          made_current.push_back(index);
+          current = index;
+        }};
+  }
+  FakeCudaRuntime(int current_device, std::vector<int> active_contexts) {
+    current = current_device;
+    active = std::move(active_contexts);
+    made_current.clear();
+  }
+};
+
+BOOST_AUTO_TEST_CASE(a_fresh_thread_does_not_restore_gpu_0_it_never_used) {
+  if (!transport::built_with_cuda()) return;  // a no-op without CUDA
+  // cudaGetDevice says 0 on a fresh thread, with no context on GPU 0: restoring it would make one.
+  FakeCudaRuntime fake(0, {2});
+  const auto runtime = FakeCudaRuntime::table();
+  {
+    transport::DeviceScope scope(c10::Device(c10::kCUDA, 2), runtime);
+    BOOST_TEST(FakeCudaRuntime::current == 2);
+  }
+  BOOST_TEST(FakeCudaRuntime::made_current == std::vector<int>{2}, "no cudaSetDevice(0) after");
+}
+
+BOOST_AUTO_TEST_CASE(a_device_in_use_before_the_scope_is_restored) {
+  if (!transport::built_with_cuda()) return;
+  FakeCudaRuntime fake(1, {1, 3});
+  const auto runtime = FakeCudaRuntime::table();
+  {
+    transport::DeviceScope scope(c10::Device(c10::kCUDA, 3), runtime);
+    BOOST_TEST(FakeCudaRuntime::current == 3);
+  }
+  BOOST_TEST(FakeCudaRuntime::made_current == (std::vector<int>{3, 1}));
+  BOOST_TEST(FakeCudaRuntime::current == 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_scope_on_the_current_device_or_the_cpu_sets_nothing) {
+  if (!transport::built_with_cuda()) return;
+  FakeCudaRuntime fake(2, {2});
+  const auto runtime = FakeCudaRuntime::table();
+  { transport::DeviceScope scope(c10::Device(c10::kCUDA, 2), runtime); }
+  { transport::DeviceScope scope(c10::Device(c10::kCPU), runtime); }
+  BOOST_TEST(FakeCudaRuntime::made_current.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_runtime_that_cannot_say_its_device_restores_nothing) {
+  if (!transport::built_with_cuda()) return;
+  FakeCudaRuntime fake(-1, {});
+  const auto runtime = FakeCudaRuntime::table();
+  { transport::DeviceScope scope(c10::Device(c10::kCUDA, 0), runtime); }
+  BOOST_TEST(FakeCudaRuntime::made_current == std::vector<int>{0});
 }
 
 BOOST_AUTO_TEST_CASE(a_device_scope_sets_the_current_gpu_and_restores_the_one_before) {

@@ -1,4 +1,5 @@
-// hotswap-launch with real worker replicas: the ready line, ranks, a killed replica, shutdown.
+// hotswap-launch with real worker replicas: the ready line, ranks, a killed replica, shutdown,
+// and the device plans it refuses before starting any.
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
@@ -84,6 +85,23 @@ BOOST_FIXTURE_TEST_CASE(a_replica_whose_tensor_parallel_rank_died_is_named_faile
                              ") failed: tensor-parallel rank 1 (of 2) exited") != std::string::npos,
       launcher.output());
   BOOST_TEST(::kill(ready["pids"][0].get<pid_t>(), 0) == -1);
+}
+
+// Two replicas on one GPU would hang in NCCL: refused before either starts, the same on every
+// machine (the overlap is checked before, and without, the machine's GPU count).
+BOOST_AUTO_TEST_CASE(replicas_that_share_a_gpu_are_refused_before_any_starts) {
+  transport::ChildProcess launcher(
+      HOTSWAP_LAUNCH_BINARY,
+      {"--replicas", "2", "--devices", "cuda:0,cuda:0", "--", "--model", "/nonexistent"});
+  const auto status = launcher.wait_exit(30s);
+  while (launcher.read_output(100ms)) {
+  }
+  BOOST_TEST(status.value_or(-2) == 2, launcher.output());
+  BOOST_TEST(
+      launcher.output().find("hotswap-launch: --devices: replicas 0 and 1 both use cuda:0") !=
+          std::string::npos,
+      launcher.output());
+  BOOST_TEST(launcher.output().find("[replica") == std::string::npos, launcher.output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
