@@ -72,8 +72,9 @@ class ServableRuntime : public ServableModel {
   void all_reduce(at::Tensor& t) const;
   // The same sum for a forward step, whose next kernels read `t` on the device: over NCCL the
   // host does not wait for it (Communicator::queue_all_reduce_sum). A step that queued any
-  // calls finish_collectives() once, before it returns, so that a dead peer ends the step with
-  // a TimeoutError after the collective timeout rather than leaving a stream waiting forever.
+  // calls finish_collectives() before it returns, and before anything that makes the host wait
+  // for the stream (a copy to or from host memory): a dead peer then ends the step with a
+  // TimeoutError after the collective timeout rather than leaving the host waiting forever.
   void queue_all_reduce(at::Tensor& t) const;
   void finish_collectives() const;
 

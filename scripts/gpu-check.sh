@@ -20,7 +20,7 @@
 #                                      benchmark at X GB (4 by default)
 #
 # Every mode that builds writes summary.txt and gpu-check-logs.tar.gz to $OUT (the device tool
-# returns 8 files at most), or to the build folder without $OUT. The exit status is 0 only when
+# returns 8 files at most); without $OUT, both are in <build folder>/logs/ and the build folder. The exit status is 0 only when
 # every stage that ran passed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +33,7 @@ while (($#)); do
     --fetch) mode=fetch ;;
     --configure) mode=configure ;;
     --quick) mode=quick ;;
-    --gb) gb=$2; shift ;;
+    --gb) gb=${2:?--gb needs a size in GB}; shift ;;
     *) echo "usage: scripts/gpu-check.sh [--fetch | --configure | --quick | --gb X]" >&2; exit 2 ;;
   esac
   shift
@@ -68,8 +68,12 @@ declare -A runtime_deps=(
 carry_limit_kib=$((60 * 1024))
 
 if [[ $mode == fetch ]]; then
-  rm -rf "$deps" && mkdir -p "$deps"  # ignored by .gitignore
-  (cd "$deps" && apt-get download "${packages[@]}" "${!runtime_deps[@]}")
+  # Into a fresh folder first: a download that fails leaves the bundle there as it was.
+  fresh=$(mktemp -d "$root/.deps-XXXXXX")
+  trap 'rm -rf "$fresh"' EXIT
+  (cd "$fresh" && apt-get download "${packages[@]}" "${!runtime_deps[@]}")
+  chmod 755 "$fresh"
+  rm -rf "$deps" && mv "$fresh" "$deps"  # ignored by .gitignore
   kib=$(du -sk "$deps" | cut -f1)
   echo ".deps: $(ls "$deps" | wc -l) packages, $((kib / 1024)) MiB"
   if ((kib > carry_limit_kib)); then
@@ -92,14 +96,24 @@ summary=$logs/summary.txt
 status=0
 
 say() { echo "$*" | tee -a "$summary"; }
+# A command's output into the summary too, never failing the script (a grep that matches
+# nothing ends a pipeline with 1 under pipefail).
+note() { { "$@" || true; } | tee -a "$summary"; }
 step() { printf '\n== %s (%d s)\n' "$*" $((SECONDS - start)); echo "-- $* (at $((SECONDS - start)) s)" >>"$summary"; }
 left() { local l=$((budget - (SECONDS - start))); echo $((l > 0 ? l : 0)); }
 fail() { say "FAILED: $*"; status=1; }
-# On every exit path: the summary and one tarball of the logs, the two files the device returns.
+# On every exit path, set -e's among them: the summary and one tarball of the logs, the two
+# files the device returns. A command that ended the script under set -e counts as a failure.
 finish() {
-  say "done in $((SECONDS - start)) s, status $status"
-  if [[ "$out" != "$build" ]]; then cp "$summary" "$out/summary.txt"; fi
+  local rc=$?
+  if ((rc != 0 && status == 0)); then
+    status=$rc
+    echo "FAILED: a command exited with $rc (the log above says which)" >>"$summary"
+  fi
+  echo "done in $((SECONDS - start)) s, status $status" | tee -a "$summary"
+  if [[ "$out" != "$build" ]]; then cp "$summary" "$out/summary.txt" || true; fi
   tar -C "$build" -czf "$out/gpu-check-logs.tar.gz" logs 2>/dev/null || true
+  exit "$status"
 }
 trap finish EXIT
 
@@ -121,6 +135,8 @@ if [[ $mode != configure ]]; then
     say "gpu: nvidia-smi is not on PATH"
   fi
 fi
+# GPUs the driver reports: where there is one, a suite that skips for want of a GPU is a failure.
+gpus_seen=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
 torch_python=${HOTSWAP_TORCH_PYTHON:-python3}
 [[ $mode == configure ]] && torch_python=${HOTSWAP_TORCH_PYTHON:-$("$root/scripts/make-torch-env.sh" --python)}
 say "torch: $("$torch_python" -c 'import torch, sys
@@ -133,8 +149,15 @@ print(sys.executable, torch.__version__, "cuda", torch.version.cuda,
 cuda_root=${CUDA_HOME:-/usr/local/cuda}
 nvcc=$(command -v nvcc || true)
 [[ -z "$nvcc" && -x "$cuda_root/bin/nvcc" ]] && nvcc=$cuda_root/bin/nvcc
-say "nvcc: ${nvcc:-none} $([[ -n "$nvcc" ]] && "$nvcc" --version | tail -1)"
-cmake_version=$(cmake --version 2>/dev/null | awk 'NR == 1 { print $3 }')
+# The toolkit is the one whose nvcc this is, wherever PATH found it.
+[[ -n "$nvcc" && -z "${CUDA_HOME:-}" ]] && cuda_root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+nvcc_release=$([[ -n "$nvcc" ]] && "$nvcc" --version | grep -o 'release [0-9.]*' | cut -d' ' -f2 || true)
+say "nvcc: ${nvcc:-none} ${nvcc_release} (toolkit $cuda_root)"
+torch_cuda=$("$torch_python" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)
+if [[ -n "$torch_cuda" && -n "$nvcc_release" && ${torch_cuda%%.*} != "${nvcc_release%%.*}" ]]; then
+  say "warning: torch is built for CUDA $torch_cuda but nvcc is $nvcc_release: two CUDA runtimes may load"
+fi
+cmake_version=$( (cmake --version 2>/dev/null || true) | awk 'NR == 1 { print $3 }')
 ninja_version=$(ninja --version 2>/dev/null || true)
 cxx=${CXX:-$(command -v g++ || command -v c++ || true)}
 cxx_version=$([[ -n "$cxx" ]] && "$cxx" -dumpfullversion 2>/dev/null || true)
@@ -145,8 +168,14 @@ fi
 if [[ -z "$cxx_version" ]] || { "$cxx" --version | grep -q 'g++\|GCC' && ! version_at_least "$cxx_version" 12; }; then
   fail "hotswap needs a C++20 compiler (g++ 12 or newer)"; exit 1
 fi
-generator=()
-[[ -n "$ninja_version" ]] && generator=(-G Ninja)
+for tool in dpkg ldconfig; do  # unpacking the bundle needs both
+  if ! command -v "$tool" >/dev/null && [[ ! -x /sbin/$tool ]]; then
+    fail "$tool is missing: the .deps bundle cannot be unpacked"; exit 1
+  fi
+done
+export PATH=$PATH:/sbin:/usr/sbin
+# Ninja for a fresh build folder (a warm device's folder keeps the generator it was made with).
+read -r -a generator <<<"$("$root/scripts/cmake-generator.sh" "$build")"
 
 step "dependencies"
 prefix_args=()
@@ -196,7 +225,9 @@ if compgen -G "$deps/*.deb" >/dev/null; then
     # pkgconf's own search path is compiled in as /usr's; PKG_CONFIG_LIBDIR or _PATH adds ours.
     prefix_args+=(-DPKG_CONFIG_EXECUTABLE="$pkg_config")
   fi
-  prefix_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_CXX_FLAGS="-isystem $prefix/usr/include"
+  # Both include folders: OpenSSL keeps its configuration headers in the multiarch one.
+  prefix_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr"
+    -DCMAKE_CXX_FLAGS="-isystem $prefix/usr/include/x86_64-linux-gnu -isystem $prefix/usr/include"
     -DBoost_NO_SYSTEM_PATHS=ON -DBOOST_ROOT="$prefix/usr" -DICU_ROOT="$prefix/usr")
   say "pkg-config: $pkg_config"
 elif [[ $mode == configure ]]; then
@@ -211,14 +242,22 @@ if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCUDAToolkit_ROOT="$cuda_root" "${prefix_args[@]}" >"$logs/configure.log" 2>&1; then
   tail -30 "$logs/configure.log"; fail "configure (configure.log)"; exit 1
 fi
-grep -E '^-- hotswap' "$logs/configure.log" | tee -a "$summary" || true
-# Where each dependency came from: in configure mode, every one must be the bundle's.
-grep -E "^(Boost_INCLUDE_DIR|ICU_INCLUDE_DIR|ICU_UC_LIBRARY_RELEASE|PCRE2_LINK_LIBRARIES|HTTPLIB_INCLUDEDIR|cppzmq_DIR|nlohmann_json_DIR|CLI11_DIR|OPENSSL_INCLUDE_DIR|NCCL_LIBRARY|Torch_DIR|CMAKE_CUDA_COMPILER):" \
-  "$build/CMakeCache.txt" | sed 's/^/  /' | tee -a "$summary" >/dev/null
+note grep -E '^-- hotswap' "$logs/configure.log"
+# Where each dependency came from (CMake's cache): in configure mode, every one must be the
+# bundle's, and every one must be there.
+from_bundle=(Boost_INCLUDE_DIR ICU_INCLUDE_DIR ICU_UC_LIBRARY_RELEASE OPENSSL_INCLUDE_DIR
+  OPENSSL_CRYPTO_LIBRARY ZeroMQ_INCLUDE_DIR ZeroMQ_LIBRARY pkgcfg_lib_PCRE2_pcre2-8
+  PCRE2_INCLUDEDIR HTTPLIB_INCLUDEDIR cppzmq_DIR nlohmann_json_DIR CLI11_DIR)
+for name in "${from_bundle[@]}" NCCL_LIBRARY Torch_DIR CMAKE_CUDA_COMPILER; do
+  value=$(grep -m1 -E "^$name:" "$build/CMakeCache.txt" | cut -d= -f2- || true)
+  echo "  $name=${value:-(not in the cache)}" >>"$summary"
+  if [[ $mode == configure && " ${from_bundle[*]} " == *" $name "* ]]; then
+    if [[ -z "$value" ]]; then fail "$name is not in CMake's cache: this check no longer sees it"
+    elif [[ $value != "$prefix"* ]]; then fail "$name came from outside the bundle: $value"
+    fi
+  fi
+done
 if [[ $mode == configure ]]; then
-  outside=$(grep -E "^(Boost_INCLUDE_DIR|ICU_INCLUDE_DIR|ICU_UC_LIBRARY_RELEASE|HTTPLIB_INCLUDEDIR|cppzmq_DIR|nlohmann_json_DIR|CLI11_DIR|OPENSSL_INCLUDE_DIR):" \
-    "$build/CMakeCache.txt" | grep -v "$prefix" || true)
-  if [[ -n "$outside" ]]; then fail "found outside the bundle: $outside"; fi
   say "configure from the bundle: $([[ $status == 0 ]] && echo ok || echo failed)"
   exit $status
 fi
@@ -226,51 +265,69 @@ fi
 step "build"
 targets=(hotswap_transport_tests hotswap_gpu_tests hotswap-worker hotswap-gpu-bench)
 [[ $mode == full ]] && targets=(all)
-if ! timeout "$(left)" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" \
+# `timeout 0` would mean no limit at all: a spent budget ends the run instead.
+if (($(left) < 60)); then fail "build: not started, $(left) s of the ${budget} s budget left"; exit 1; fi
+if ! timeout -k 10 "$(left)" cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" \
   >"$logs/build.log" 2>&1; then
-  grep -E -m 20 -A3 'error' "$logs/build.log" | tee -a "$summary" || tail -30 "$logs/build.log"
+  note grep -E -m 20 -A3 'error' "$logs/build.log"
   fail "build (build.log)"; exit 1
 fi
 say "built ${targets[*]} in $((SECONDS - start)) s since the start"
 
 step "GPU suites, one line each"
-# binary suite cap: runs one suite under min(cap, time left) and says what happened in one line.
+# binary suite gpus cap: runs one suite under min(cap, time left) and says what happened in one
+# line. A suite that skips for want of its `gpus` GPUs where the driver reports that many fails.
 gpu_suite() {
-  local binary=$1 suite=$2 cap=$3 rc=0 limit
+  local binary=$1 suite=$2 gpus=$3 cap=$4 rc=0 limit skipped
   limit=$(left)
   ((limit > cap)) && limit=$cap
-  if ((limit < 20)); then say "$suite: not run: the ${budget} s budget is spent"; return; fi
+  if ((limit < 20)); then say "$suite: not run: $(left) s of the ${budget} s budget left"; return; fi
   local t=$SECONDS
-  timeout "$limit" "$build/tests/$binary" --run_test="$suite" >"$logs/$suite.log" 2>&1 || rc=$?
+  timeout -k 10 "$limit" "$build/tests/$binary" --run_test="$suite" >"$logs/$suite.log" 2>&1 ||
+    rc=$?
   local took="$((SECONDS - t)) s"
   case $rc in
     0) say "$suite: passed ($took)" ;;
-    77) say "$suite: skipped: $(grep -m1 -o 'SKIPPED: .*' "$logs/$suite.log" | cut -c10-) ($took)" ;;
-    124) fail "$suite: timed out after $limit s ($suite.log)" ;;
-    *) fail "$suite (exit $rc, $took): $(grep -m1 -E 'error|fatal' "$logs/$suite.log" | cut -c1-240)" ;;
+    77)
+      skipped=$(grep -m1 -o 'SKIPPED: .*' "$logs/$suite.log" | cut -c10- || true)
+      if ((gpus_seen >= gpus)); then
+        fail "$suite skipped on a machine whose driver reports $gpus_seen GPU(s): $skipped"
+      else
+        say "$suite: skipped: $skipped ($took)"
+      fi ;;
+    124 | 137) fail "$suite: timed out after $limit s ($suite.log)" ;;
+    *) fail "$suite (exit $rc, $took): $(grep -m1 -E 'error|fatal' "$logs/$suite.log" | cut -c1-240 || true)" ;;
   esac
 }
-gpu_suite hotswap_transport_tests device_sync 60
-gpu_suite hotswap_transport_tests nccl_communicator 90
-gpu_suite hotswap_gpu_tests generation_gpu 150
-gpu_suite hotswap_gpu_tests ipc_gpu 150
+gpu_suite hotswap_transport_tests device_sync 1 60
+gpu_suite hotswap_transport_tests nccl_communicator 1 90
+gpu_suite hotswap_gpu_tests generation_gpu 1 150
+gpu_suite hotswap_gpu_tests ipc_gpu 1 150
 if [[ $mode == full ]]; then
-  for suite in nccl_gpu nccl_gpu_three tensor_parallel_gpu; do
-    gpu_suite hotswap_gpu_tests "$suite" 300
+  gpu_suite hotswap_transport_tests nccl_communicator_two_gpus 2 300
+  for suite in nccl_gpu tensor_parallel_gpu; do
+    gpu_suite hotswap_gpu_tests "$suite" 2 300
   done
+  gpu_suite hotswap_gpu_tests nccl_gpu_three 3 300
   step "every other suite (on the GPU machine's CPUs)"
-  (cd "$build" && timeout "$(left)" ctest -j8 -E '^gpu\.' >"$logs/tests.log" 2>&1) ||
-    fail "ctest ($(grep -m1 'tests passed' "$logs/tests.log"))"
-  say "$(grep -m1 'tests passed' "$logs/tests.log" || echo 'ctest: no summary line')"
+  if (($(left) < 60)); then
+    say "ctest: not run: $(left) s of the ${budget} s budget left"
+  else
+    # The GPU suites ran above, each on its own line.
+    (cd "$build" && timeout -k 10 "$(left)" ctest -j8 -LE gpu \
+      -E '^transport\.(device_sync|nccl_communicator)$' >"$logs/tests.log" 2>&1) ||
+      fail "ctest ($(grep -m1 'tests passed' "$logs/tests.log" || echo 'see tests.log'))"
+    say "$(grep -m1 'tests passed' "$logs/tests.log" || echo 'ctest: no summary line')"
+  fi
 fi
 
 step "GPU benchmark (a ${gb} GB model)"
 if (($(left) < 90)); then
   say "benchmark: not run: $(left) s of the ${budget} s budget left"
 else
-  timeout "$(($(left) - 10))" "$build/bench/hotswap-gpu-bench" --gb "$gb" \
+  timeout -k 5 "$(($(left) - 15))" "$build/bench/hotswap-gpu-bench" --gb "$gb" \
     >"$logs/gpu-bench.log" 2>&1 || fail "benchmark (exit $?, gpu-bench.log)"
   # The table, not the JSON lines: those stay in the log.
-  grep -v '^{' "$logs/gpu-bench.log" | tail -25 | tee -a "$summary"
+  note bash -c "grep -v '^{' '$logs/gpu-bench.log' | tail -25"
 fi
 exit $status

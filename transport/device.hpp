@@ -46,8 +46,8 @@ class DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
-  const CudaDeviceRuntime& runtime_;
-  int previous_ = -1;  // -1: nothing to restore
+  CudaDeviceRuntime runtime_;  // by value: three function pointers, never dangling
+  int previous_ = -1;          // -1: nothing to restore
 };
 
 // The CUDA index of a CUDA device ("cuda" alone names device 0, as in a fresh process), and

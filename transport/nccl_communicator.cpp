@@ -178,22 +178,22 @@ NcclCommunicator::NcclCommunicator(const NcclSetup& setup, std::unique_ptr<Rende
   HOTSWAP_CUDA_CHECK(cudaMalloc(&warm, sizeof(float)));
   std::unique_ptr<float, decltype(&cudaFree)> owned(warm, &cudaFree);
   HOTSWAP_CUDA_CHECK(cudaMemsetAsync(warm, 0, sizeof(float), handles_->stream.get()));
+  const Deadline warm_deadline = Clock::now() + setup.timeout;
   enqueue(
       "warm-up all-reduce", nullptr,
       [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclAllReduce(warm, warm, 1, ncclFloat32, ncclSum, comm, stream);
       },
-      setup.timeout);
-  wait_for_stream("warm-up all-reduce", setup.timeout);
+      setup.timeout, warm_deadline);
+  wait_for_stream("warm-up all-reduce", setup.timeout, warm_deadline);
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
 
 template <class Enqueue>
 void NcclCommunicator::enqueue(const char* what, const at::Tensor* tensor, Enqueue issue,
-                               std::chrono::milliseconds timeout) {
+                               std::chrono::milliseconds timeout, Deadline deadline) {
   DeviceScope scope(cuda_device(setup_.device));
-  const auto deadline = Clock::now() + timeout;
   ncclResult_t r = ncclSuccess;
   {
     std::lock_guard lock(handles_->mutex);
@@ -241,9 +241,9 @@ void NcclCommunicator::enqueue(const char* what, const at::Tensor* tensor, Enque
   }
 }
 
-void NcclCommunicator::wait_for_stream(const char* what, std::chrono::milliseconds timeout) {
+void NcclCommunicator::wait_for_stream(const char* what, std::chrono::milliseconds timeout,
+                                       Deadline deadline) {
   DeviceScope scope(cuda_device(setup_.device));
-  const auto deadline = Clock::now() + timeout;
   bool recorded = false;
   Backoff backoff;
   for (;;) {
@@ -289,10 +289,15 @@ void NcclCommunicator::wait_for_stream(const char* what, std::chrono::millisecon
 }
 
 namespace {
-void check_device_tensor(const at::Tensor& tensor, const char* what) {
+void check_device_tensor(const at::Tensor& tensor, const char* what, int device) {
   if (!tensor.device().is_cuda()) {
     throw protocol::ValueError(std::string("NCCL ") + what +
                                " moves GPU memory, but the tensor is on " + tensor.device().str());
+  }
+  if (cuda_index(tensor.device()) != device) {
+    throw protocol::ValueError(std::string("NCCL ") + what +
+                               ": the communicator is on cuda:" + std::to_string(device) +
+                               ", but the tensor is on " + tensor.device().str());
   }
   if (!tensor.is_contiguous()) {
     throw protocol::ValueError(std::string("NCCL ") + what + " needs a contiguous tensor");
@@ -302,35 +307,38 @@ void check_device_tensor(const at::Tensor& tensor, const char* what) {
 
 void NcclCommunicator::broadcast(at::Tensor& tensor, int root, std::chrono::milliseconds timeout) {
   if (tensor.numel() == 0) return;  // every rank skips it alike: sizes come from metadata
-  check_device_tensor(tensor, "broadcast");
+  check_device_tensor(tensor, "broadcast", setup_.device);
   const NcclElements e = nccl_elements_of(tensor);
   void* data = tensor.data_ptr();
+  const Deadline deadline = Clock::now() + timeout;
   enqueue(
       "broadcast", &tensor,
       [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclBroadcast(data, data, e.count, static_cast<ncclDataType_t>(e.datatype), root,
                              comm, stream);
       },
-      timeout);
-  wait_for_stream("broadcast", timeout);
+      timeout, deadline);
+  wait_for_stream("broadcast", timeout, deadline);
 }
 
 void NcclCommunicator::all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {
+  const Deadline deadline = Clock::now() + timeout;  // the enqueue's and the wait's together
   queue_all_reduce_sum(tensor, timeout);
-  wait_queued(timeout);
+  wait_for_stream("all-reduce", timeout, deadline);
 }
 
 void NcclCommunicator::queue_all_reduce_sum(at::Tensor& tensor, std::chrono::milliseconds timeout) {
-  check_device_tensor(tensor, "all-reduce");
+  check_device_tensor(tensor, "all-reduce", setup_.device);
   const NcclElements e = nccl_elements_of(tensor);
   void* data = tensor.data_ptr();
+  const Deadline deadline = Clock::now() + timeout;
   enqueue(
       "all-reduce", &tensor,
       [&](ncclComm_t comm, cudaStream_t stream) {
         return ncclAllReduce(data, data, e.count, static_cast<ncclDataType_t>(e.datatype), ncclSum,
                              comm, stream);
       },
-      timeout);
+      timeout, deadline);
   // The caller's next kernels read the sum: its stream waits for it, on the device.
   std::lock_guard lock(handles_->mutex);
   DeviceScope scope(cuda_device(setup_.device));
@@ -343,7 +351,7 @@ void NcclCommunicator::wait_queued(std::chrono::milliseconds timeout) {
     std::lock_guard lock(handles_->mutex);
     if (!handles_->queued) return;
   }
-  wait_for_stream("all-reduce", timeout);
+  wait_for_stream("all-reduce", timeout, Clock::now() + timeout);
 }
 
 void NcclCommunicator::abort() {

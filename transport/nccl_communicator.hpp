@@ -84,13 +84,16 @@ class NcclCommunicator final : public Communicator {
 
  private:
   struct Handles;
+  // One deadline per call, shared by its enqueue and its wait: a call takes its timeout at most.
+  using Deadline = std::chrono::steady_clock::time_point;
   // Queues a collective on the communicator's stream after the caller's current stream's work;
   // returns once NCCL has put it there (a non-blocking communicator may take a while).
+  // `timeout` is what the messages name.
   template <class Enqueue>
   void enqueue(const char* what, const at::Tensor* tensor, Enqueue issue,
-               std::chrono::milliseconds timeout);
-  // Waits until everything on the communicator's stream has completed, or the timeout passes.
-  void wait_for_stream(const char* what, std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout, Deadline deadline);
+  // Waits until everything on the communicator's stream has completed, or the deadline passes.
+  void wait_for_stream(const char* what, std::chrono::milliseconds timeout, Deadline deadline);
 
   NcclSetup setup_;
   std::unique_ptr<RendezvousStore> store_;

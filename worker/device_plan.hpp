@@ -1,8 +1,10 @@
 // Which GPUs each replica's tensor-parallel ranks run on, decided once, before any process
 // starts: rank r of a replica on cuda:K runs on cuda:K+r. A plan that needs a GPU the machine
 // lacks, or that puts ranks of two replicas on one GPU, is refused here with a message naming
-// the devices; started, it would leave rank 0 waiting out its NCCL init, or NCCL hanging on
-// two ranks of one communicator sharing a device.
+// the devices; started, it would leave rank 0 waiting out its NCCL init, or put two ranks of a
+// trainer's nccl weight-transfer group (each replica's ranks are ranks of it) on one device,
+// which NCCL may hang on. hotswap-launch checks the overlap for --devices only: replicas given
+// one --device share it on purpose.
 #pragma once
 
 #include <optional>

@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
               << replicas << " replicas\n";
     return 2;
   }
-  // Each replica's device: its --devices entry, else the --device every replica is given (the
-  // worker's default, the CPU, without one).
+  // The device every replica is given after --, when --devices does not set one per replica
+  // (the worker's default, the CPU, without one).
   std::string shared_device = "cpu";
   for (std::size_t i = 0; i < worker_args.size(); ++i) {
     if (worker_args[i] == "--device" && i + 1 < worker_args.size()) {
@@ -91,13 +91,17 @@ int main(int argc, char** argv) {
       shared_device = worker_args[i].substr(9);
     }
   }
-  std::vector<std::string> replica_devices =
-      device_list.empty() ? std::vector<std::string>(replicas, shared_device) : device_list;
   try {
-    // Before any replica starts: one started on a GPU another replica's rank uses, or past the
-    // machine's last, would hang in NCCL instead of failing.
-    worker::plan_devices_on_this_machine(replica_devices, tensor_parallel_size,
-                                         device_list.empty() ? "--device" : "--devices");
+    // Before any replica starts. A --devices list whose replicas' ranks meet on a GPU would put
+    // two ranks of an nccl weight-transfer group on one device, which NCCL may hang on; a GPU
+    // past the machine's last would leave a rank waiting out its NCCL init. Replicas given one
+    // --device after -- share it on purpose (colocated workers over ipc, shm, gloo or disk):
+    // only that the device exists is checked.
+    if (device_list.empty()) {
+      worker::plan_devices_on_this_machine({shared_device}, tensor_parallel_size, "--device");
+    } else {
+      worker::plan_devices_on_this_machine(device_list, tensor_parallel_size, "--devices");
+    }
   } catch (const std::exception& e) {
     std::cerr << "hotswap-launch: " << e.what() << "\n";
     return 2;

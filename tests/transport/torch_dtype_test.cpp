@@ -153,6 +153,11 @@ BOOST_AUTO_TEST_CASE(a_device_scope_sets_the_current_gpu_and_restores_the_one_be
   };
   const int last = info.device_count - 1;
   cudaSetDevice(0);
+  // The real runtime's context question, which decides whether a scope restores: GPU 0's
+  // primary context is live once a runtime call has used it.
+  cudaFree(nullptr);
+  BOOST_TEST(transport::cuda_device_runtime().has_primary_context(0));
+  BOOST_TEST(transport::cuda_device_runtime().current() == 0);
   {
     transport::DeviceScope scope(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(last)));
     BOOST_TEST(current() == last);

@@ -7,6 +7,7 @@
 #include "model_loader/model_test_support.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "transport/child_process.hpp"
+#include "transport/device.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "worker/worker_process.hpp"
 
@@ -87,8 +88,9 @@ BOOST_FIXTURE_TEST_CASE(a_replica_whose_tensor_parallel_rank_died_is_named_faile
   BOOST_TEST(::kill(ready["pids"][0].get<pid_t>(), 0) == -1);
 }
 
-// Two replicas on one GPU would hang in NCCL: refused before either starts, the same on every
-// machine (the overlap is checked before, and without, the machine's GPU count).
+// Two replicas placed on one GPU by --devices would put two ranks of an nccl weight-transfer
+// group there: refused before either starts, the same on every machine (the overlap is checked
+// before, and without, the machine's GPU count).
 BOOST_AUTO_TEST_CASE(replicas_that_share_a_gpu_are_refused_before_any_starts) {
   transport::ChildProcess launcher(
       HOTSWAP_LAUNCH_BINARY,
@@ -100,6 +102,23 @@ BOOST_AUTO_TEST_CASE(replicas_that_share_a_gpu_are_refused_before_any_starts) {
   BOOST_TEST(
       launcher.output().find("hotswap-launch: --devices: replicas 0 and 1 both use cuda:0") !=
           std::string::npos,
+      launcher.output());
+  BOOST_TEST(launcher.output().find("[replica") == std::string::npos, launcher.output());
+}
+
+// A --device after -- (here in its --device=X spelling) names the GPU of every replica: one the
+// machine lacks is refused before any starts. Replicas may share it (colocated workers).
+BOOST_AUTO_TEST_CASE(a_shared_device_the_machine_lacks_is_refused_before_any_starts) {
+  if (!transport::built_with_cuda()) return;  // no GPU count to check against
+  transport::ChildProcess launcher(
+      HOTSWAP_LAUNCH_BINARY,
+      {"--replicas", "2", "--", "--device=cuda:63", "--model", "/nonexistent"});
+  const auto status = launcher.wait_exit(30s);
+  while (launcher.read_output(100ms)) {
+  }
+  BOOST_TEST(status.value_or(-2) == 2, launcher.output());
+  BOOST_TEST(
+      launcher.output().find("hotswap-launch: --device cuda:63 needs cuda:63") != std::string::npos,
       launcher.output());
   BOOST_TEST(launcher.output().find("[replica") == std::string::npos, launcher.output());
 }
