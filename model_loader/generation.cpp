@@ -4,6 +4,7 @@
 #include <ATen/ops/tensor.h>
 
 #include <algorithm>
+#include <string>
 
 #include "protocol/errors.hpp"
 
@@ -18,22 +19,71 @@ Sequence::Sequence(std::vector<std::int64_t> prompt, SamplingParams params)
   params_.apply_vllm_rules();
 }
 
+std::vector<std::int64_t> Sequence::step_tokens() const {
+  if (cache_.length > 0) return {output_.back()};
+  std::vector<std::int64_t> tokens = prompt_;
+  tokens.insert(tokens.end(), output_.begin(), output_.end());
+  return tokens;
+}
+
+// Preempts sequences from the back of `active` (the latest admitted, as vLLM does) until the
+// blocks the rest need this step are free; the preempted give theirs back at once.
+void fit_kv_cache(const ServableModel& model, std::vector<Sequence*>& active) {
+  const KvBlockPool* pool = model.kv_pool();
+  if (pool == nullptr) return;
+  auto needs = [&](const Sequence* s) {
+    const auto positions = s->cache_.length + static_cast<std::int64_t>(s->step_tokens().size());
+    return std::max<std::int64_t>(
+        0, pool->blocks_for(positions) - static_cast<std::int64_t>(s->cache_.blocks().size()));
+  };
+  std::int64_t free = pool->free_blocks(), needed = 0;
+  for (const Sequence* s : active)
+    needed += needs(s);
+  while (needed > free && active.size() > 1) {
+    Sequence* last = active.back();
+    needed -= needs(last);
+    free += static_cast<std::int64_t>(last->cache_.blocks().size());
+    last->cache_.clear();
+    last->preempted_ = true;
+    ++last->preemptions_;
+    active.pop_back();
+  }
+  if (needed > free) {  // the one left would not fit even alone
+    Sequence* s = active.back();
+    const auto positions = s->cache_.length + static_cast<std::int64_t>(s->step_tokens().size());
+    s->error_ = "the KV cache cannot hold this sequence: its " + std::to_string(positions) +
+                " positions need " + std::to_string(pool->blocks_for(positions)) + " blocks of " +
+                std::to_string(pool->block_size()) + ", and " +
+                std::to_string(free + static_cast<std::int64_t>(s->cache_.blocks().size())) +
+                " of the " + std::to_string(pool->max_blocks()) +
+                " the budget allows are free (--kv-cache-memory-bytes, --block-size)";
+    s->finish_reason_ = "error";
+    s->cache_.clear();
+    active.pop_back();
+  }
+}
+
 void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
   std::vector<Sequence*> active;
+  for (Sequence* s : batch) {
+    s->preempted_ = false;
+    if (s->finished()) {
+      s->cache_.clear();  // an aborted or stopped sequence's blocks serve the others
+      continue;
+    }
+    active.push_back(s);
+  }
+  fit_kv_cache(model, active);
   std::vector<std::int64_t> tokens;
   std::vector<ForwardSlice> slices;
-  bool all_positions = false;  // a prefill wants its prompt's logprobs
-  for (Sequence* s : batch) {
-    if (s->finished()) continue;
-    active.push_back(s);
-    if (s->cache_.length == 0) {  // prefill: the whole prompt
-      tokens.insert(tokens.end(), s->prompt_.begin(), s->prompt_.end());
-      slices.push_back({&s->cache_, static_cast<std::int64_t>(s->prompt_.size())});
+  bool all_positions = false;  // a first prefill wants its prompt's logprobs
+  for (Sequence* s : active) {
+    const std::vector<std::int64_t> fed = s->step_tokens();
+    if (s->cache_.length == 0 && s->output_.empty()) {
       all_positions = all_positions || s->params_.prompt_logprobs;
-    } else {  // decode: the last sampled token
-      tokens.push_back(s->output_.back());
-      slices.push_back({&s->cache_, 1});
     }
+    tokens.insert(tokens.end(), fed.begin(), fed.end());
+    slices.push_back({&s->cache_, static_cast<std::int64_t>(fed.size())});
   }
   if (active.empty()) return;
   // The rows each slice spans in the logits: one per slice, or one per token.
@@ -84,6 +134,7 @@ void Sequence::advance(const at::Tensor& logits, std::int64_t first_row, std::in
   } else if (static_cast<std::int64_t>(output_.size()) >= params_.max_tokens) {
     finish_reason_ = "length";
   }
+  if (finished()) cache_.clear();  // its blocks serve the others from the next step on
 }
 
 std::vector<GenerationResult> generate(const ServableModel& model,

@@ -38,12 +38,21 @@ class Sequence {
   bool finished() const { return finish_reason_.has_value(); }
   // Why this sequence alone failed in a step (its sampling, say), when it did.
   const std::optional<std::string>& error() const { return error_; }
+  // True when the last step left it out to free KV cache blocks for the sequences before it
+  // (vLLM's recompute preemption): its cache was dropped, and a later step computes it again
+  // from the prompt and the tokens produced so far, then samples on. It produced no token.
+  bool preempted() const { return preempted_; }
+  std::int64_t preemptions() const { return preemptions_; }
   void abort() { finish_reason_ = "abort"; }
   // Ends the sequence as a stop string does: finish_reason "stop".
   void stop() { finish_reason_ = "stop"; }
 
  private:
   friend void step(const ServableModel& model, const std::vector<Sequence*>& batch);
+  friend void fit_kv_cache(const ServableModel& model, std::vector<Sequence*>& active);
+  // The tokens this step feeds: the prompt and whatever was produced before its cache was
+  // dropped (a prefill), or the last sampled token (a decode).
+  std::vector<std::int64_t> step_tokens() const;
   // Reads this sequence's rows of a step's logits: its prompt logprobs, its next token.
   void advance(const at::Tensor& logits, std::int64_t first_row, std::int64_t num_tokens,
                bool all_positions);
@@ -58,9 +67,14 @@ class Sequence {
   std::optional<std::string> finish_reason_;
   std::optional<std::int64_t> stop_token_;
   std::optional<std::string> error_;
+  bool preempted_ = false;
+  std::int64_t preemptions_ = 0;
 };
 
-// One forward step for every unfinished sequence of `batch`, sampling one token each.
+// One forward step for every unfinished sequence of `batch`, sampling one token each. When the
+// model's KV cache lacks the blocks the step needs, the latest sequences of `batch` are
+// preempted until the rest fit (Sequence::preempted); a sequence that could not fit alone ends
+// with an error naming the budget. Finished sequences give their blocks back.
 void step(const ServableModel& model, const std::vector<Sequence*>& batch);
 
 struct GenerationResult {

@@ -1,32 +1,51 @@
 #include "model_loader/kv_cache.hpp"
 
-#include <ATen/ops/zeros.h>
+#include <utility>
 
-#include <algorithm>
+#include "model_loader/kv_block_pool.hpp"
 
 namespace hotswap::model_loader {
 
-void KvCache::reserve(std::int64_t more, std::int64_t layers, std::int64_t kv_heads,
-                      std::int64_t head_dim, const at::TensorOptions& options) {
-  const std::int64_t needed = length + more;
-  if (needed <= capacity()) return;
-  std::int64_t grown = std::max<std::int64_t>({needed, 2 * capacity(), 16});
-  for (std::int64_t l = 0; l < layers; ++l) {
-    at::Tensor k = at::zeros({kv_heads, grown, head_dim}, options);
-    at::Tensor v = at::zeros({kv_heads, grown, head_dim}, options);
-    const auto layer = static_cast<std::size_t>(l);
-    if (length > 0) {
-      k.narrow(1, 0, length).copy_(keys[layer].narrow(1, 0, length));
-      v.narrow(1, 0, length).copy_(values[layer].narrow(1, 0, length));
-    }
-    if (keys.size() <= layer) {
-      keys.push_back(k);
-      values.push_back(v);
-    } else {
-      keys[layer] = k;
-      values[layer] = v;
-    }
+KvCache::~KvCache() {
+  release();
+}
+
+KvCache::KvCache(KvCache&& other) noexcept
+    : length(std::exchange(other.length, 0)),
+      peer_tag(std::move(other.peer_tag)),
+      pool_(std::move(other.pool_)),
+      block_size_(other.block_size_),
+      blocks_(std::move(other.blocks_)) {
+  other.blocks_.clear();
+}
+
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+  if (this != &other) {
+    release();
+    length = std::exchange(other.length, 0);
+    peer_tag = std::move(other.peer_tag);
+    pool_ = std::move(other.pool_);
+    block_size_ = other.block_size_;
+    blocks_ = std::move(other.blocks_);
+    other.blocks_.clear();
   }
+  return *this;
+}
+
+std::int64_t KvCache::capacity() const {
+  return static_cast<std::int64_t>(blocks_.size()) * block_size_;
+}
+
+void KvCache::clear() {
+  release();
+  length = 0;
+  peer_tag.reset();
+}
+
+void KvCache::release() noexcept {
+  if (blocks_.empty()) return;
+  if (auto pool = pool_.lock()) pool->give_back(blocks_);
+  blocks_.clear();
 }
 
 }  // namespace hotswap::model_loader

@@ -1,9 +1,9 @@
-// KvCache: one sequence's attention keys and values, per layer, [kv_heads, capacity, head_dim],
-// grown by doubling. `length` is how many positions are filled.
+// KvCache: one sequence's share of a model's paged KV cache (KvBlockPool): the blocks it holds,
+// in position order (its block table), and how many positions are filled. Position p of the
+// sequence lives in block blocks()[p / block_size], slot p % block_size. The blocks go back to
+// the pool when the cache is cleared or destroyed, so a finished or preempted sequence frees its
+// memory for the others at once.
 #pragma once
-
-#include <ATen/core/Tensor.h>
-#include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 #include <memory>
@@ -11,27 +11,37 @@
 
 namespace hotswap::model_loader {
 
-struct KvCache {
-  std::vector<at::Tensor> keys;
-  std::vector<at::Tensor> values;
+class KvBlockPool;
+
+class KvCache {
+ public:
+  KvCache() = default;
+  ~KvCache();
+  KvCache(KvCache&& other) noexcept;
+  KvCache& operator=(KvCache&& other) noexcept;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // How many positions are filled. A tensor-parallel rank rewinds it to rank 0's (positions
+  // past it are written over by the next step; the blocks stay held).
   std::int64_t length = 0;
   // Set by a tensor-parallel model on the cache's first step: names it to the other ranks,
-  // which keep their heads of it, and tells them to drop those when the cache goes.
+  // which keep their heads of it, and tells them to drop those when the cache goes (or is
+  // cleared: a cleared cache starts over under a new name).
   std::shared_ptr<const void> peer_tag;
 
-  std::int64_t capacity() const { return keys.empty() ? 0 : keys[0].size(1); }
-  void clear() {
-    keys.clear();
-    values.clear();
-    length = 0;
-  }
+  const std::vector<std::int32_t>& blocks() const { return blocks_; }
+  // Positions the held blocks have room for.
+  std::int64_t capacity() const;
+  // Gives every block back to its pool and forgets the contents and the peer tag.
+  void clear();
 
-  // Makes room for `more` positions after `length` in each of `layers` layers of
-  // [kv_heads, capacity, head_dim] `options` tensors, keeping what is filled. A forward step
-  // reserves before it reads any weight, so it never reallocates mid-layer; the capacity at
-  // least doubles (16 at first), so a generation reallocates O(log length) times.
-  void reserve(std::int64_t more, std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
-               const at::TensorOptions& options);
+ private:
+  friend class KvBlockPool;
+  void release() noexcept;
+  std::weak_ptr<KvBlockPool> pool_;  // the pool the blocks came from; none before the first step
+  std::int64_t block_size_ = 0;
+  std::vector<std::int32_t> blocks_;
 };
 
 }  // namespace hotswap::model_loader

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model_loader/checkpoint.hpp"
+#include "model_loader/kv_block_pool.hpp"
 #include "model_loader/kv_cache.hpp"
 #include "model_loader/layerwise_reload.hpp"
 #include "model_loader/loadable_model.hpp"
@@ -45,6 +46,10 @@ struct ModelOptions {
   bool enable_expert_parallel = false;
   // How long one of those all-reduces may wait for the other ranks.
   std::chrono::milliseconds collective_timeout{protocol::kDefaultTimeout};
+  // The paged KV cache (vLLM's --block-size and --kv-cache-memory-bytes): positions per block,
+  // and the bytes its keys and values may take on each rank, allocated as sequences grow.
+  std::int64_t kv_block_size = 16;
+  std::uint64_t kv_cache_memory_bytes = std::uint64_t{4} << 30;
 };
 
 // One sequence's share of a forward step: `num_tokens` new tokens at positions
@@ -83,6 +88,10 @@ class ServableModel : public LoadableModel {
   // Collective.
   virtual at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                              bool all_positions = false) const = 0;
+  // The paged KV cache forward steps take their blocks from: generation reads how many are
+  // free to decide, before a step, which sequences it can run (and which to preempt). Null for
+  // a model without one, whose caches are unbounded.
+  virtual const KvBlockPool* kv_pool() const { return nullptr; }
 
   // Zeroes every runtime tensor (vLLM's weight_checker `reset`): a following update can then
   // be seen to land whole. Not allowed during a reload.

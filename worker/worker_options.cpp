@@ -74,6 +74,16 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "most tokens one generation step computes (a prompt over it runs alone)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 24));
+  app.add_option("--block-size", o.block_size,
+                 "positions in one block of the paged KV cache (as vLLM's flag)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1024)));
+  app.add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
+                 "bytes the KV cache's blocks may take on each rank, allocated as sequences "
+                 "grow; when they run out, the latest sequences are preempted and recomputed "
+                 "later (as vLLM's flag)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t(1) << 16, std::uint64_t(1) << 44));
   app.add_option("--http-threads", o.http_threads,
                  "HTTP requests handled at once; a streaming or waiting request holds one (idle "
                  "and slow connections hold none)")

@@ -38,7 +38,10 @@ struct WorkerOptions {
   std::string served_model_name;              // the `model` of the OpenAI routes; empty: --model
   std::size_t max_num_seqs = 64;              // sequences in one generation step
   std::size_t max_num_batched_tokens = 2048;  // tokens computed in one generation step
-  std::size_t http_threads = 128;             // HTTP requests handled at once (a stream holds one)
+  // The paged KV cache: positions per block, and the bytes its blocks may take (per rank).
+  std::int64_t block_size = 16;
+  std::uint64_t kv_cache_memory_bytes = std::uint64_t{4} << 30;
+  std::size_t http_threads = 128;  // HTTP requests handled at once (a stream holds one)
   // Deadlines for an HTTP request's header (an idle kept-alive connection's wait included) and
   // for its body, however slowly the bytes arrive.
   double http_header_timeout_seconds = 10;

@@ -42,6 +42,8 @@ model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
   }
   m.collective_timeout = o.timeout();
   m.enable_expert_parallel = o.enable_expert_parallel;
+  m.kv_block_size = o.block_size;
+  m.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
   return m;
 }
 

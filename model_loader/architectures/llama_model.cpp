@@ -24,9 +24,9 @@
 #include <optional>
 #include <vector>
 
-#include "model_loader/causal_attention.hpp"
 #include "model_loader/int8_quantization.hpp"
 #include "model_loader/linear.hpp"
+#include "model_loader/paged_attention.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
@@ -77,6 +77,14 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   // Every table and helper lives on the model's device: one op over tensors of two devices is
   // an error, and a table on the CPU would be copied over at every step if it were not.
   inv_freq_ = rope_inverse_frequencies(this->config()).to(store().device());
+  // The paged KV cache, in the compute dtype, this rank's KV heads; its budget in blocks is the
+  // same on every rank (each holds the same number of heads), so the ranks run out together.
+  KvBlockShape kv{this->config().num_hidden_layers, heads_.kv_heads, this->config().head_dim,
+                  this->options().kv_block_size,
+                  at::TensorOptions().dtype(compute_dtype_).device(store().device())};
+  const auto budget = static_cast<std::int64_t>(this->options().kv_cache_memory_bytes /
+                                                std::max<std::uint64_t>(1, kv.block_bytes()));
+  kv_pool_ = std::make_shared<KvBlockPool>(kv, budget);
 
   const ModelConfig& c = this->config();
   auto index = [&](const std::string& name) { return param(name); };
@@ -181,6 +189,9 @@ at::Tensor LlamaModel::experts(const at::Tensor& x, const LayerParams& p) const 
   at::Tensor order = std::get<1>(flat.sort());
   at::Tensor token_of = at::floor_divide(order, k);
   at::Tensor weight_of = weights.reshape({-1}).index({order}).unsqueeze(1);
+  // The counts come to the host, which waits for the stream, and so for the all-reduces queued
+  // on it: waited for here first, against the collective timeout, never without one.
+  finish_collectives();
   at::Tensor counts = at::bincount(flat, {}, c.num_experts).to(at::kCPU);
   const auto* count = counts.data_ptr<std::int64_t>();
 
@@ -225,9 +236,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   const auto& c = config();
   const std::int64_t n = tokens.size(0);
   const std::int64_t heads = heads_.heads, kv_heads = heads_.kv_heads;  // this rank's
-  const std::int64_t hd = c.head_dim, group = heads / kv_heads;
+  const std::int64_t hd = c.head_dim;
   const double scaling = 1.0 / std::sqrt(static_cast<double>(hd));
-  auto options = at::TensorOptions().dtype(compute_dtype_).device(store().device());
 
   at::Tensor ids = checked_step_tokens(tokens, slices, c.vocab_size).to(store().device());
   std::vector<std::int64_t> position_list;
@@ -238,10 +248,30 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   }
   at::Tensor positions =
       at::tensor(position_list, at::TensorOptions().dtype(at::kLong)).to(store().device());
+  // Each slice's last row, for a step that returns only those. Made here, before any layer: a
+  // copy from host memory waits for the stream, and later in the step the stream waits on the
+  // queued all-reduces, which only finish_collectives() waits for against the timeout.
+  at::Tensor last_rows;
+  if (!all_positions) {
+    std::vector<std::int64_t> last;
+    std::int64_t end = 0;
+    for (const auto& s : slices) {
+      end += s.num_tokens;
+      last.push_back(end - 1);
+    }
+    last_rows = at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store().device());
+  }
 
-  // Caches grow before the weights are read, so a step never reallocates mid-layer.
-  for (auto& s : slices)
-    s.cache->reserve(s.num_tokens, c.num_hidden_layers, kv_heads, hd, options);
+  // Blocks for the step's new positions, taken before any weight is read, and the indices every
+  // layer's attention reads them by.
+  std::vector<PagedSlice> paged;
+  paged.reserve(slices.size());
+  for (auto& s : slices) {
+    kv_pool_->reserve(*s.cache, s.num_tokens);
+    paged.push_back({s.cache, s.cache->length, s.num_tokens});
+  }
+  const PagedAttentionPlan plan =
+      PagedAttentionPlan::make(paged, kv_pool_->block_size(), c.sliding_window, store().device());
 
   // Per step, not per layer: the rotary angles.
   auto [cos, sin] = rope_tables(positions);
@@ -265,31 +295,11 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
 
-    std::vector<at::Tensor> outputs;
-    outputs.reserve(slices.size());
-    std::int64_t offset = 0;
-    for (std::size_t i = 0; i < slices.size(); ++i) {
-      const ForwardSlice& s = slices[i];
-      KvCache& cache = *s.cache;
-      const std::int64_t len = s.num_tokens, start = cache.length, keys = start + len;
-      cache.keys[l].narrow(1, start, len).copy_(k.narrow(0, offset, len).transpose(0, 1));
-      cache.values[l].narrow(1, start, len).copy_(v.narrow(0, offset, len).transpose(0, 1));
-      at::Tensor kk = cache.keys[l].narrow(1, 0, keys);
-      at::Tensor vv = cache.values[l].narrow(1, 0, keys);
-      if (group > 1) {  // GQA: query head i reads kv head i / group
-        kk = kk.unsqueeze(1).expand({kv_heads, group, keys, hd}).reshape({heads, keys, hd});
-        vv = vv.unsqueeze(1).expand({kv_heads, group, keys, hd}).reshape({heads, keys, hd});
-      }
-      // [heads, len, hd]
-      at::Tensor qq = q.narrow(0, offset, len).transpose(0, 1).to(attention_dtype_);
-      outputs.push_back(causal_attention(qq, kk.to(attention_dtype_), vv.to(attention_dtype_),
-                                         start, scaling, c.sliding_window)
-                            .to(compute_dtype_)
-                            .transpose(0, 1)
-                            .reshape({len, heads * hd}));
-      offset += len;
-    }
-    at::Tensor attn = outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
+    at::Tensor key_pool = kv_pool_->keys(l), value_pool = kv_pool_->values(l);
+    write_kv(k, v, key_pool, value_pool, plan);
+    at::Tensor attn = paged_attention(q, key_pool, value_pool, plan, kv_pool_->block_size(),
+                                      scaling, c.sliding_window, attention_dtype_)
+                          .reshape({n, heads * hd});
     at::Tensor o = row_parallel(attn, p.o, p.o_bias);
     h = h + o;
 
@@ -306,15 +316,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   for (auto& s : slices)
     s.cache->length += s.num_tokens;
 
-  if (!all_positions) {
-    std::vector<std::int64_t> last;
-    std::int64_t offset = 0;
-    for (const auto& s : slices) {
-      offset += s.num_tokens;
-      last.push_back(offset - 1);
-    }
-    h = h.index({at::tensor(last, at::TensorOptions().dtype(at::kLong)).to(store().device())});
-  }
+  if (!all_positions) h = h.index({last_rows});
   h = rms_norm(h, final_norm_);
   at::Tensor out = logits(h);
   // The step's collectives ran on the device without a host wait each: one wait here, against

@@ -8,12 +8,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model_loader/architectures/llama_family.hpp"
+#include "model_loader/kv_block_pool.hpp"
 #include "model_loader/servable_runtime.hpp"
 
 namespace hotswap::model_loader {
@@ -25,6 +27,7 @@ class LlamaModel final : public ServableRuntime {
 
   at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                      bool all_positions = false) const override;
+  const KvBlockPool* kv_pool() const override { return kv_pool_.get(); }
 
  private:
   // x Wᵀ in x's dtype, or in `out` (the logits: float32, never rounded to bfloat16 first).
@@ -49,7 +52,8 @@ class LlamaModel final : public ServableRuntime {
   // Attention's two matmuls: float32 on the CPU, where a bfloat16 batched matmul rounds more
   // than transformers' does; compute_dtype_ elsewhere.
   c10::ScalarType attention_dtype_;
-  at::Tensor inv_freq_;  // float32 [head_dim / 2], on the model's device
+  at::Tensor inv_freq_;                   // float32 [head_dim / 2], on the model's device
+  std::shared_ptr<KvBlockPool> kv_pool_;  // every sequence's keys and values, in blocks
 
   // A layer's runtime parameters; kNone for those it does not have (a sparse layer has a router
   // and fused experts in place of gate_up and down).

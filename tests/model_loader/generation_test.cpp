@@ -287,3 +287,66 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_are_value_errors, Fixture) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(kv_cache_budget)
+
+// Options whose KV cache holds `blocks` blocks of 4 positions of the fixture's model.
+model_loader::ModelOptions kv_blocks(const model_loader::ServableModel& model,
+                                     std::int64_t blocks) {
+  model_loader::ModelOptions options;
+  auto shape = model.kv_pool()->shape();
+  shape.block_size = 4;
+  options.kv_block_size = 4;
+  options.kv_cache_memory_bytes = static_cast<std::uint64_t>(blocks) * shape.block_bytes();
+  return options;
+}
+
+// Three sequences of up to 17 positions (5 blocks each) in a cache of 6 blocks: the latest are
+// preempted, give their blocks back, recompute later, and produce exactly the tokens they
+// produce alone in an unbounded cache.
+BOOST_FIXTURE_TEST_CASE(a_full_cache_preempts_the_latest_sequences_and_loses_no_token, Fixture) {
+  auto limited = ckpt.load(kv_blocks(*model, 6));
+  BOOST_TEST(limited->kv_pool()->max_blocks() == 6);
+  const std::vector<std::vector<std::int64_t>> prompts = {
+      kPrompt, {8, 1, 2, 60, 13, 13, 4}, {7, 7, 30, 2, 11, 19}};
+  std::vector<model_loader::Sequence> sequences;
+  for (const auto& p : prompts)
+    sequences.emplace_back(p, sampled(33, 12));
+  std::vector<model_loader::Sequence*> batch;
+  for (auto& s : sequences)
+    batch.push_back(&s);
+  std::int64_t steps = 0;
+  while (std::any_of(batch.begin(), batch.end(), [](auto* s) { return !s->finished(); })) {
+    model_loader::step(*limited, batch);
+    BOOST_TEST_REQUIRE(++steps < 200);
+  }
+  std::int64_t preemptions = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    BOOST_TEST(!sequences[i].error().has_value());
+    BOOST_TEST(sequences[i].output_tokens() ==
+                   model_loader::generate(*model, {prompts[i]}, sampled(33, 12))[0].token_ids,
+               "sequence " << i);
+    preemptions += sequences[i].preemptions();
+  }
+  BOOST_TEST(sequences[0].preemptions() == 0);  // the first admitted is never the one to go
+  BOOST_TEST(preemptions > 0);
+  BOOST_TEST(limited->kv_pool()->free_blocks() == 6);  // finished sequences gave theirs back
+}
+
+// A sequence that would not fit even alone ends with an error naming the budget and the flags.
+BOOST_FIXTURE_TEST_CASE(a_sequence_the_whole_cache_cannot_hold_fails_naming_the_budget, Fixture) {
+  auto limited = ckpt.load(kv_blocks(*model, 2));
+  try {
+    model_loader::generate(*limited, {kPrompt}, sampled(5, 12));
+    BOOST_FAIL("a sequence past the KV cache budget was served");
+  } catch (const protocol::RuntimeError& e) {
+    const std::string message = e.what();
+    BOOST_TEST(message.find("the KV cache cannot hold this sequence: its 9 positions need 3 "
+                            "blocks of 4, and 2 of the 2") != std::string::npos,
+               message);
+    BOOST_TEST(message.find("--kv-cache-memory-bytes") != std::string::npos, message);
+  }
+  BOOST_TEST(limited->kv_pool()->free_blocks() == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

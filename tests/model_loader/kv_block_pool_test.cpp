@@ -1,34 +1,123 @@
-#include "model_loader/kv_cache.hpp"
+#include "model_loader/kv_block_pool.hpp"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
 #include <boost/test/unit_test.hpp>
 
+#include <memory>
+#include <string>
+
+#include "protocol/errors.hpp"
+
+using hotswap::model_loader::KvBlockPool;
+using hotswap::model_loader::KvBlockShape;
 using hotswap::model_loader::KvCache;
 
-BOOST_AUTO_TEST_SUITE(kv_cache)
+namespace {
 
-// A step reserves before it reads a weight: the capacity at least doubles (16 at first), and
-// what the cache held is still there after it grows.
-BOOST_AUTO_TEST_CASE(reserve_grows_by_doubling_and_keeps_what_is_filled) {
+KvBlockShape tiny_shape() {
+  return KvBlockShape{/*layers=*/2, /*kv_heads=*/2, /*head_dim=*/4, /*block_size=*/4,
+                      at::TensorOptions().dtype(at::kFloat)};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kv_block_pool)
+
+// A block holds keys and values of every layer: 2 layers x 2 (keys, values) x 4 positions x 2
+// heads x 4 dims x 4 bytes.
+BOOST_AUTO_TEST_CASE(a_block_counts_keys_and_values_of_every_layer) {
+  BOOST_TEST(tiny_shape().block_bytes() == 2u * 2 * 4 * 2 * 4 * 4);
+}
+
+// A cache takes the blocks its positions need, no more, and gives them back when it goes: the
+// next cache gets the same blocks, so memory follows the positions in use.
+BOOST_AUTO_TEST_CASE(blocks_follow_the_positions_in_use_and_come_back_when_a_cache_goes) {
+  auto pool = std::make_shared<KvBlockPool>(tiny_shape(), 10);
+  BOOST_TEST(pool->free_blocks() == 10);
+  std::vector<std::int32_t> first_blocks;
+  {
+    KvCache cache;
+    pool->reserve(cache, 5);  // 5 positions: 2 blocks of 4
+    BOOST_TEST(cache.blocks().size() == 2u);
+    BOOST_TEST(cache.capacity() == 8);
+    cache.length = 5;
+    pool->reserve(cache, 3);  // 8: room already
+    BOOST_TEST(cache.blocks().size() == 2u);
+    pool->reserve(cache, 4);  // 9: one more
+    BOOST_TEST(cache.blocks().size() == 3u);
+    BOOST_TEST(pool->free_blocks() == 7);
+    first_blocks = cache.blocks();
+  }
+  BOOST_TEST(pool->free_blocks() == 10);
+  KvCache next;
+  pool->reserve(next, 12);
+  BOOST_TEST(next.blocks() == first_blocks);
+  next.peer_tag = std::make_shared<int>(1);
+  next.clear();
+  BOOST_TEST(next.blocks().empty());
+  BOOST_TEST(next.length == 0);
+  BOOST_TEST(!next.peer_tag);  // a cleared cache starts over under a new name
+  BOOST_TEST(pool->free_blocks() == 10);
+}
+
+// Past the budget a reserve takes nothing, keeps what the cache held, and says what it needed.
+BOOST_AUTO_TEST_CASE(a_reserve_past_the_budget_names_the_need_and_takes_nothing) {
+  auto pool = std::make_shared<KvBlockPool>(tiny_shape(), 3);
+  KvCache a, b;
+  pool->reserve(a, 8);
+  a.length = 8;
+  try {
+    pool->reserve(b, 5);
+    BOOST_FAIL("a reserve past the budget succeeded");
+  } catch (const hotswap::protocol::RuntimeError& e) {
+    const std::string message = e.what();
+    BOOST_TEST(message.find("needs 2 more blocks of 4 positions, 1 of the 3") != std::string::npos,
+               message);
+    BOOST_TEST(message.find("--kv-cache-memory-bytes") != std::string::npos, message);
+  }
+  BOOST_TEST(b.blocks().empty());
+  BOOST_TEST(a.blocks().size() == 2u);
+  BOOST_TEST(pool->free_blocks() == 1);
+}
+
+// The tensors grow as blocks are taken (doubling, at least 16 blocks, never past the budget),
+// and what was written stays where it was.
+BOOST_AUTO_TEST_CASE(the_tensors_grow_on_demand_and_keep_their_contents) {
+  auto pool = std::make_shared<KvBlockPool>(tiny_shape(), 40);
+  KvCache a;
+  pool->reserve(a, 4);
+  BOOST_TEST(pool->keys(1).size(0) == 16 * 4);
+  const std::int64_t slot = std::int64_t{a.blocks()[0]} * 4;
+  at::Tensor written = at::arange(2 * 4, at::TensorOptions().dtype(at::kFloat)).reshape({2, 4});
+  pool->keys(1)[slot].copy_(written);
+  a.length = 4;
+  KvCache b;
+  pool->reserve(b, 4 * 20);  // 21 blocks in all: 32
+  BOOST_TEST(pool->keys(1).size(0) == 32 * 4);
+  BOOST_TEST(at::equal(pool->keys(1)[slot], written));
+  KvCache c;
+  pool->reserve(c, 4 * 19);  // 40 in all: capped at the budget, not 64
+  BOOST_TEST(pool->values(0).size(0) == 40 * 4);
+  BOOST_TEST(pool->free_blocks() == 0);
+}
+
+// A cache is one pool's: another model's pool refuses it, and a cache that outlives its pool
+// (a model replaced) goes quietly.
+BOOST_AUTO_TEST_CASE(a_cache_belongs_to_one_pool) {
+  auto one = std::make_shared<KvBlockPool>(tiny_shape(), 4);
+  auto other = std::make_shared<KvBlockPool>(tiny_shape(), 4);
   KvCache cache;
-  const auto options = at::TensorOptions().dtype(at::kFloat);
-  cache.reserve(3, /*layers=*/2, /*kv_heads=*/2, /*head_dim=*/4, options);
-  BOOST_TEST(cache.keys.size() == 2u);
-  BOOST_TEST(cache.capacity() == 16);
-  at::Tensor filled = at::arange(2 * 3 * 4, options).reshape({2, 3, 4});
-  cache.keys[1].narrow(1, 0, 3).copy_(filled);
-  cache.length = 3;
-
-  cache.reserve(13, 2, 2, 4, options);  // 16 positions: room already
-  BOOST_TEST(cache.capacity() == 16);
-  cache.reserve(14, 2, 2, 4, options);  // 17: doubles
-  BOOST_TEST(cache.capacity() == 32);
-  BOOST_TEST(at::equal(cache.keys[1].narrow(1, 0, 3), filled));
-  cache.reserve(100, 2, 2, 4, options);  // more than double: exactly what is needed
-  BOOST_TEST(cache.capacity() == 103);
-  BOOST_TEST(at::equal(cache.keys[1].narrow(1, 0, 3), filled));
+  one->reserve(cache, 1);
+  BOOST_CHECK_THROW(other->reserve(cache, 8), hotswap::protocol::ValueError);
+  KvCache moved = std::move(cache);
+  BOOST_TEST(cache.blocks().empty());
+  BOOST_TEST(moved.blocks().size() == 1u);
+  BOOST_TEST(one->free_blocks() == 3);
+  one.reset();
+  moved.clear();  // the pool is gone: nothing to give back to
+  BOOST_TEST(moved.blocks().empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -207,7 +207,7 @@ BOOST_AUTO_TEST_CASE(every_tensor_a_forward_makes_follows_the_models_device) {
       std::vector<model_loader::ForwardSlice> decode{{&a, 1}, {&b, 2}};
       logits = model->forward(testing::long_tensor({9, 10, 11}), decode, /*all_positions=*/true);
       BOOST_TEST((logits.device() == meta));
-      BOOST_TEST((a.keys[0].device() == meta));
+      BOOST_TEST((model->kv_pool()->keys(0).device() == meta));
       BOOST_TEST(a.length == 6);
     }
   }

@@ -58,6 +58,8 @@ class TensorParallelModel final : public model_loader::ServableModel {
   void apply_patches(const std::vector<model_loader::WeightPatch>& patches) override;
   void check_patches(const std::vector<model_loader::WeightPatch>& patches) const override;
   c10::Device device() const override { return shard_->device(); }
+  // Rank 0's: every rank's has the same budget in blocks and takes the same blocks' worth.
+  const model_loader::KvBlockPool* kv_pool() const override { return shard_->kv_pool(); }
 
  private:
   // TensorParallelGroup::call_all on the model channel, under its lock: one collective call at

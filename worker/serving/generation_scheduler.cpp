@@ -267,7 +267,13 @@ void GenerationScheduler::loop() {
     lock.lock();
     stepping_ = false;
     const auto now = Clock::now();
-    if (metrics_ != nullptr && error.empty()) metrics_->generation_tokens(batch.size());
+    if (metrics_ != nullptr && error.empty()) {
+      const auto ran = std::count_if(batch.begin(), batch.end(),
+                                     [](const auto* s) { return !s->preempted() && !s->error(); });
+      metrics_->generation_tokens(static_cast<std::size_t>(ran));
+      metrics_->preemptions(static_cast<std::size_t>(
+          std::count_if(batch.begin(), batch.end(), [](const auto* s) { return s->preempted(); })));
+    }
     for (auto it = running_.begin(); it != running_.end();) {
       auto& s = *it->sequence;
       // A failed forward fails the batch it ran; a sequence that failed on its own (its
@@ -276,6 +282,10 @@ void GenerationScheduler::loop() {
       if (!cause.empty()) {
         fail(*it, std::make_exception_ptr(protocol::RuntimeError("generation failed: " + cause)));
         it = running_.erase(it);
+        continue;
+      }
+      if (s.preempted()) {  // its blocks went to the others; it recomputes on a later step
+        ++it;
         continue;
       }
       auto produced = static_cast<std::int64_t>(s.output_tokens().size());

@@ -89,6 +89,11 @@ void ServingMetrics::generation_tokens(std::uint64_t n) {
   generation_tokens_ += n;
 }
 
+void ServingMetrics::preemptions(std::uint64_t n) {
+  std::lock_guard lock(mutex_);
+  preemptions_ += n;
+}
+
 void ServingMetrics::time_to_first_token(double seconds) {
   std::lock_guard lock(mutex_);
   ttft_.observe(seconds);
@@ -122,6 +127,9 @@ std::string ServingMetrics::render(const std::string& model_name, std::size_t ru
   metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
   out +=
       "vllm:generation_tokens_total{" + labels + "} " + std::to_string(generation_tokens_) + "\n";
+  metric("vllm:num_preemptions_total", "counter",
+         "Cumulative number of preemption from the engine.");
+  out += "vllm:num_preemptions_total{" + labels + "} " + std::to_string(preemptions_) + "\n";
   metric("vllm:request_success_total", "counter", "Count of successfully processed requests.");
   for (const char* reason : {"stop", "length", "abort"}) {
     auto it = finished_.find(reason);

@@ -33,6 +33,8 @@ class ServingMetrics {
 
   void prompt_tokens(std::uint64_t n);
   void generation_tokens(std::uint64_t n);
+  // Sequences a step left out to free KV cache blocks (they recompute later).
+  void preemptions(std::uint64_t n);
   void time_to_first_token(double seconds);
   void time_per_output_token(double seconds);
   // `reason` is vLLM's finished_reason label: stop, length or abort.
@@ -45,6 +47,7 @@ class ServingMetrics {
   mutable std::mutex mutex_;
   std::uint64_t prompt_tokens_ = 0;
   std::uint64_t generation_tokens_ = 0;
+  std::uint64_t preemptions_ = 0;
   std::map<std::string, std::uint64_t> finished_;
   Histogram ttft_;
   Histogram tpot_;

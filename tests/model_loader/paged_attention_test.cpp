@@ -1,0 +1,114 @@
+#include "model_loader/paged_attention.hpp"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/randn.h>
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model_loader/causal_attention.hpp"
+#include "model_loader/kv_block_pool.hpp"
+
+using namespace hotswap::model_loader;
+
+namespace {
+
+constexpr std::int64_t kHeads = 4, kKvHeads = 2, kHeadDim = 8, kBlock = 4;
+
+struct Sequence {
+  std::int64_t start, num_tokens;  // the step's share
+  at::Tensor keys, values;         // every position's [start + num_tokens, kv_heads, hd]
+  KvCache cache;
+};
+
+// paged_attention over a mix of prefills and decodes, against causal_attention of each
+// sequence over its keys laid out whole.
+void check_against_contiguous_attention(std::optional<std::int64_t> window) {
+  at::manual_seed(7);
+  const auto floats = at::TensorOptions().dtype(at::kFloat);
+  auto pool =
+      std::make_shared<KvBlockPool>(KvBlockShape{1, kKvHeads, kHeadDim, kBlock, floats}, 64);
+  std::vector<Sequence> seqs;
+  // A first prefill, decodes at a block's first and middle slots and past several blocks, a
+  // one-token prompt, a prefill that continues a cache.
+  for (auto [start, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {0, 6}, {9, 1}, {4, 1}, {14, 1}, {0, 1}, {5, 3}}) {
+    seqs.push_back({start, n, at::randn({start + n, kKvHeads, kHeadDim}, floats),
+                    at::randn({start + n, kKvHeads, kHeadDim}, floats), KvCache{}});
+  }
+  // Blocks taken one position at a time, in turn, so that each sequence's are scattered.
+  for (std::int64_t p = 0; p < 20; ++p) {
+    for (auto& s : seqs) {
+      if (p >= s.start + s.num_tokens) continue;
+      s.cache.length = p;
+      pool->reserve(s.cache, 1);
+    }
+  }
+  // Every earlier position written as a history step would have, then the step's own.
+  std::vector<PagedSlice> history, step;
+  std::vector<at::Tensor> history_k, history_v, step_k, step_v, queries;
+  for (auto& s : seqs) {
+    if (s.start > 0) {
+      history.push_back({&s.cache, 0, s.start});
+      history_k.push_back(s.keys.narrow(0, 0, s.start));
+      history_v.push_back(s.values.narrow(0, 0, s.start));
+    }
+    step.push_back({&s.cache, s.start, s.num_tokens});
+    step_k.push_back(s.keys.narrow(0, s.start, s.num_tokens));
+    step_v.push_back(s.values.narrow(0, s.start, s.num_tokens));
+    queries.push_back(at::randn({s.num_tokens, kHeads, kHeadDim}, floats));
+  }
+  at::Tensor key_pool = pool->keys(0), value_pool = pool->values(0);
+  // What earlier sequences may have left in reused blocks, NaN at worst, must not leak in.
+  key_pool.fill_(std::numeric_limits<float>::quiet_NaN());
+  value_pool.fill_(std::numeric_limits<float>::quiet_NaN());
+  const c10::Device cpu(c10::kCPU);
+  write_kv(at::cat(history_k), at::cat(history_v), key_pool, value_pool,
+           PagedAttentionPlan::make(history, kBlock, window, cpu));
+  const auto plan = PagedAttentionPlan::make(step, kBlock, window, cpu);
+  write_kv(at::cat(step_k), at::cat(step_v), key_pool, value_pool, plan);
+  BOOST_TEST(plan.decodes == 4);  // the one-token prompt is a decode too
+  BOOST_TEST(plan.prefills.size() == 2u);
+
+  at::Tensor out = paged_attention(at::cat(queries), key_pool, value_pool, plan, kBlock, 0.3,
+                                   window, at::kFloat);
+  std::int64_t row = 0;
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    const auto& s = seqs[i];
+    const std::int64_t keys = s.start + s.num_tokens, group = kHeads / kKvHeads;
+    auto spread = [&](const at::Tensor& t) {  // [keys, kv, hd] -> [heads, keys, hd]
+      return t.permute({1, 0, 2})
+          .unsqueeze(1)
+          .expand({kKvHeads, group, keys, kHeadDim})
+          .reshape({kHeads, keys, kHeadDim});
+    };
+    at::Tensor expected = causal_attention(queries[i].transpose(0, 1), spread(s.keys),
+                                           spread(s.values), s.start, 0.3, window)
+                              .transpose(0, 1);
+    BOOST_TEST(at::allclose(out.narrow(0, row, s.num_tokens), expected, 1e-5, 1e-6),
+               "sequence " << i << " (start " << s.start << ", " << s.num_tokens << " tokens)");
+    row += s.num_tokens;
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(paged_attention)
+
+BOOST_AUTO_TEST_CASE(prefills_and_decodes_over_scattered_blocks_equal_attention_over_whole_keys) {
+  check_against_contiguous_attention(std::nullopt);
+}
+
+// A window hides the oldest keys: whole blocks outside it are left out of a decode's pairs.
+BOOST_AUTO_TEST_CASE(a_sliding_window_hides_the_same_keys_as_without_blocks) {
+  check_against_contiguous_attention(3);
+  check_against_contiguous_attention(5);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
