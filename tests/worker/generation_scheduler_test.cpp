@@ -145,4 +145,43 @@ BOOST_FIXTURE_TEST_CASE(a_watcher_ends_its_request_as_a_stop_string_does, Fixtur
   }
 }
 
+// Three requests in a KV cache of 6 blocks of 4 positions, each needing 5: the scheduler's
+// later requests are preempted and recompute, and every request still gets exactly the tokens
+// it gets alone, each token reported once, counted once, with its preemptions counted.
+BOOST_FIXTURE_TEST_CASE(preempted_requests_recompute_and_report_each_token_once, Fixture) {
+  model_loader::ModelOptions small;
+  auto shape = model->kv_pool()->shape();
+  shape.block_size = 4;
+  small.kv_block_size = 4;
+  small.kv_cache_memory_bytes = 6 * shape.block_bytes();
+  worker::ServingMetrics metrics;
+  GenerationScheduler scheduler(
+      ckpt.load(small), [] { return std::optional<std::string>("v1"); }, {}, &metrics);
+  scheduler.hold();
+  std::vector<std::future<GenerateOutcome>> done;
+  for (int name = 1; name <= 3; ++name)
+    done.push_back(submit(scheduler, request(name, 4 + static_cast<std::size_t>(name), 12)));
+  scheduler.release();
+  for (int name = 1; name <= 3; ++name) {
+    auto outcome = done[static_cast<std::size_t>(name - 1)].get();
+    BOOST_TEST_REQUIRE(outcome.result.has_value());
+    const auto alone = request(name, 4 + static_cast<std::size_t>(name), 12);
+    BOOST_TEST(outcome.result->token_ids ==
+               model_loader::generate(*model, {alone.prompt_token_ids}, alone.params)[0].token_ids);
+    for (std::size_t tokens = 1; tokens <= 12; ++tokens)
+      when(name, tokens);
+  }
+  BOOST_TEST(events.size() == 36u);  // once per token: a preempted step reports nothing
+  const std::string text = metrics.render("m", scheduler.running(), scheduler.waiting());
+  BOOST_TEST(text.find("vllm:generation_tokens_total{model_name=\"m\",engine=\"0\"} 36") !=
+                 std::string::npos,
+             text);
+  BOOST_TEST(text.find("vllm:num_preemptions_total{model_name=\"m\",engine=\"0\"} 0\n") ==
+                 std::string::npos,
+             text);
+  BOOST_TEST(
+      text.find("vllm:num_preemptions_total{model_name=\"m\",engine=\"0\"} ") != std::string::npos,
+      text);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
