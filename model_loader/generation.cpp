@@ -1,5 +1,6 @@
 #include "model_loader/generation.hpp"
 
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/tensor.h>
 
@@ -87,30 +88,44 @@ void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
   }
   if (active.empty()) return;
   // The rows each slice spans in the logits: one per slice, or one per token.
-  std::vector<std::int64_t> first_row;
+  std::vector<std::int64_t> first_row, last_row;
   std::int64_t rows = 0;
   for (const auto& slice : slices) {
     first_row.push_back(rows);
     rows += all_positions ? slice.num_tokens : 1;
+    last_row.push_back(rows - 1);
   }
   at::Tensor logits = model.forward(at::tensor(tokens, at::TensorOptions().dtype(at::kLong)),
                                     slices, all_positions);
+  // Every sequence's next token in one batched sampling call, over each one's last row.
+  std::vector<const SamplingParams*> params;
+  std::vector<at::Generator*> generators;
+  for (Sequence* s : active) {
+    params.push_back(&s->params_);
+    generators.push_back(&s->generator_);
+  }
+  const at::Tensor last =
+      all_positions
+          ? logits.index_select(
+                0, at::tensor(last_row, at::TensorOptions().dtype(at::kLong)).to(logits.device()))
+          : logits;
+  const std::vector<RowSample> next = sample_tokens(last, params, generators);
   for (std::size_t i = 0; i < active.size(); ++i) {
     Sequence& s = *active[i];
     // What goes wrong past the shared forward is this sequence's alone: it ends with its own
     // error and the rest of the batch goes on.
     try {
-      s.advance(logits, first_row[i], slices[i].num_tokens, all_positions);
+      s.advance(logits, first_row[i], slices[i].num_tokens, all_positions, next[i]);
     } catch (const std::exception& e) {
       s.error_ = e.what();
       s.finish_reason_ = "error";
+      s.cache_.clear();
     }
   }
 }
 
 void Sequence::advance(const at::Tensor& logits, std::int64_t first_row, std::int64_t num_tokens,
-                       bool all_positions) {
-  const std::int64_t last = first_row + (all_positions ? num_tokens - 1 : 0);
+                       bool all_positions, const RowSample& next) {
   if (all_positions && params_.prompt_logprobs && output_.empty()) {
     // Position p predicts prompt token p + 1.
     at::Tensor lp = at::log_softmax(logits.narrow(0, first_row, num_tokens - 1), -1)
@@ -123,14 +138,14 @@ void Sequence::advance(const at::Tensor& logits, std::int64_t first_row, std::in
           {prompt_[p], row[prompt_[p]].item<double>(), top_logprobs(row, params_.logprobs)});
     }
   }
-  SampledToken next = sample_token(logits[last], params_, generator_);
-  output_.push_back(next.token);
-  logprobs_.push_back(next.logprob);
-  top_.push_back(std::move(next.top));
+  if (next.error) throw protocol::RuntimeError(*next.error);
+  output_.push_back(next.token.token);
+  logprobs_.push_back(next.token.logprob);
+  top_.push_back(next.token.top);
   const auto& stops = params_.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), next.token) != stops.end()) {
+  if (std::find(stops.begin(), stops.end(), next.token.token) != stops.end()) {
     finish_reason_ = "stop";
-    stop_token_ = next.token;
+    stop_token_ = next.token.token;
   } else if (static_cast<std::int64_t>(output_.size()) >= params_.max_tokens) {
     finish_reason_ = "length";
   }

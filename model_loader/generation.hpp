@@ -53,9 +53,10 @@ class Sequence {
   // The tokens this step feeds: the prompt and whatever was produced before its cache was
   // dropped (a prefill), or the last sampled token (a decode).
   std::vector<std::int64_t> step_tokens() const;
-  // Reads this sequence's rows of a step's logits: its prompt logprobs, its next token.
+  // Takes this step's result: its prompt logprobs from its rows of the logits (a first prefill
+  // that asked for them), then `next`, the token sampled for it.
   void advance(const at::Tensor& logits, std::int64_t first_row, std::int64_t num_tokens,
-               bool all_positions);
+               bool all_positions, const RowSample& next);
   std::vector<std::int64_t> prompt_;
   SamplingParams params_;
   at::Generator generator_;

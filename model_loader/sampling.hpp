@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "protocol/method_params.hpp"
@@ -53,11 +54,22 @@ struct SampledToken {
 // The `k` likeliest tokens of a row of log-probabilities, likeliest first.
 std::vector<TokenLogprob> top_logprobs(const at::Tensor& logprobs, std::int64_t k);
 
-// `generator` is a CPU generator (only used when temperature > 0). Whatever the parameters, at
-// least one token stays eligible; a row that still has no valid distribution (NaN logits)
-// is a RuntimeError naming the cause, for this row's sequence alone.
-SampledToken sample_token(const at::Tensor& logits, const SamplingParams& params,
-                          at::Generator& generator);
+// One row's draw in a batch: its token, or why its row had no valid distribution.
+struct RowSample {
+  SampledToken token;
+  std::optional<std::string> error;
+};
+
+// The next token of every row of `logits` [rows, vocab] (any device), row r with `params[r]`
+// and, when its temperature is > 0, the CPU generator `generators[r]`. The filters run on the
+// whole batch at once (one copy to the host, one softmax, one sort where top-k or top-p asks
+// for it); only the draw is per row, from each row's own generator, so that a seeded request
+// gets the same tokens alone or in any batch. Whatever the parameters, at least one token
+// stays eligible; a row that still has no valid distribution (NaN logits) gets an error naming
+// the cause, for its sequence alone.
+std::vector<RowSample> sample_tokens(const at::Tensor& logits,
+                                     const std::vector<const SamplingParams*>& params,
+                                     const std::vector<at::Generator*>& generators);
 
 // A CPU generator seeded with `seed`, or from the OS when there is none.
 at::Generator make_cpu_generator(std::optional<std::uint64_t> seed);

@@ -6,6 +6,7 @@
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/topk.h>
 
 #include <limits>
 #include <map>
@@ -284,6 +285,66 @@ BOOST_FIXTURE_TEST_CASE(bad_requests_are_value_errors, Fixture) {
                           "a prompt needs at least one token");
   HOTSWAP_CHECK_THROW_MSG(model_loader::generate(*model, {{1, 64}}, sampled(1)),
                           protocol::ValueError, "token ids must be in 0..63");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(batched_sampling)
+
+// One sampling call over a batch of rows with different parameters gives every row what it
+// gets alone: same tokens from the same seeds, same logprobs and alternatives; a NaN row fails
+// alone.
+BOOST_AUTO_TEST_CASE(a_batch_of_rows_samples_as_each_row_alone) {
+  at::manual_seed(3);
+  at::Tensor logits = at::randn({6, 50}) * 3;
+  logits[4].fill_(std::numeric_limits<float>::quiet_NaN());
+  std::vector<SamplingParams> params(6);
+  params[0].temperature = 0;  // greedy
+  params[1] = sampled(1);
+  params[1].top_k = 5;
+  params[2] = sampled(2);
+  params[2].top_p = 0.6;
+  params[2].logprobs = 3;
+  params[3] = sampled(3);
+  params[3].min_p = 0.2;
+  params[3].top_k = 9;
+  params[3].top_p = 0.9;
+  params[4] = sampled(4);  // the NaN row
+  params[5] = sampled(5);
+  params[5].logprobs = 7;
+  for (auto& p : params)
+    p.apply_vllm_rules();
+  auto generators = [&] {
+    std::vector<at::Generator> g;
+    for (std::size_t r = 0; r < params.size(); ++r)
+      g.push_back(model_loader::make_cpu_generator(100 + r));
+    return g;
+  };
+  auto batch_generators = generators();
+  std::vector<const SamplingParams*> all_params;
+  std::vector<at::Generator*> all_generators;
+  for (std::size_t r = 0; r < params.size(); ++r) {
+    all_params.push_back(&params[r]);
+    all_generators.push_back(&batch_generators[r]);
+  }
+  const auto batch = model_loader::sample_tokens(logits, all_params, all_generators);
+  auto alone_generators = generators();
+  for (std::size_t r = 0; r < params.size(); ++r) {
+    const auto alone = model_loader::sample_tokens(
+        logits.narrow(0, static_cast<std::int64_t>(r), 1), {&params[r]}, {&alone_generators[r]})[0];
+    BOOST_TEST(batch[r].error.has_value() == (r == 4), "row " << r);
+    BOOST_TEST(alone.error.has_value() == (r == 4), "row " << r);
+    if (r == 4) continue;
+    BOOST_TEST(batch[r].token.token == alone.token.token, "row " << r);
+    BOOST_TEST(batch[r].token.logprob == alone.token.logprob, "row " << r);
+    BOOST_TEST(batch[r].token.top.size() == static_cast<std::size_t>(params[r].logprobs));
+    for (std::size_t j = 0; j < batch[r].token.top.size(); ++j)
+      BOOST_TEST(batch[r].token.top[j].token == alone.token.top[j].token, "row " << r);
+  }
+  BOOST_TEST(batch[0].token.token == at::argmax(logits[0]).item<std::int64_t>());
+  // top_k 5: the token is one of the five likeliest.
+  const auto five = std::get<1>(at::topk(logits[1], 5));
+  BOOST_TEST((five == batch[1].token.token).any().item<bool>());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
