@@ -27,15 +27,33 @@ std::vector<std::int64_t> Sequence::step_tokens() const {
   return tokens;
 }
 
-// Preempts sequences from the back of `active` (the latest admitted, as vLLM does) until the
-// blocks the rest need this step are free; the preempted give theirs back at once.
+std::int64_t Sequence::next_step_tokens() const {
+  if (cache_.length > 0) return 1;
+  return static_cast<std::int64_t>(prompt_.size() + output_.size());
+}
+
+// Fits this step's sequences into the model's KV cache. A sequence that the whole budget
+// cannot hold ends with an error first, so that nothing is preempted for it; then sequences are
+// preempted from the back of `active` (the latest admitted, as vLLM does) until the blocks the
+// rest need this step are free; the preempted give theirs back at once.
 void fit_kv_cache(const ServableModel& model, std::vector<Sequence*>& active) {
   const KvBlockPool* pool = model.kv_pool();
   if (pool == nullptr) return;
+  auto positions = [](const Sequence* s) { return s->cache_.length + s->next_step_tokens(); };
+  std::erase_if(active, [&](Sequence* s) {
+    const std::int64_t blocks = pool->blocks_for(positions(s));
+    if (blocks <= pool->max_blocks()) return false;
+    s->error_ = "the KV cache cannot hold this sequence: its " + std::to_string(positions(s)) +
+                " positions need " + std::to_string(blocks) + " blocks of " +
+                std::to_string(pool->block_size()) + ", and the budget allows " +
+                std::to_string(pool->max_blocks()) + " (--kv-cache-memory-bytes, --block-size)";
+    s->finish_reason_ = "error";
+    s->cache_.clear();
+    return true;
+  });
   auto needs = [&](const Sequence* s) {
-    const auto positions = s->cache_.length + static_cast<std::int64_t>(s->step_tokens().size());
     return std::max<std::int64_t>(
-        0, pool->blocks_for(positions) - static_cast<std::int64_t>(s->cache_.blocks().size()));
+        0, pool->blocks_for(positions(s)) - static_cast<std::int64_t>(s->cache_.blocks().size()));
   };
   std::int64_t free = pool->free_blocks(), needed = 0;
   for (const Sequence* s : active)
@@ -43,23 +61,18 @@ void fit_kv_cache(const ServableModel& model, std::vector<Sequence*>& active) {
   while (needed > free && active.size() > 1) {
     Sequence* last = active.back();
     needed -= needs(last);
-    free += static_cast<std::int64_t>(last->cache_.blocks().size());
+    const auto held = static_cast<std::int64_t>(last->cache_.blocks().size());
+    free += held;
+    if (held > 0 || last->cache_.length > 0) ++last->preemptions_;
     last->cache_.clear();
     last->preempted_ = true;
-    ++last->preemptions_;
     active.pop_back();
   }
-  if (needed > free) {  // the one left would not fit even alone
-    Sequence* s = active.back();
-    const auto positions = s->cache_.length + static_cast<std::int64_t>(s->step_tokens().size());
-    s->error_ = "the KV cache cannot hold this sequence: its " + std::to_string(positions) +
-                " positions need " + std::to_string(pool->blocks_for(positions)) + " blocks of " +
-                std::to_string(pool->block_size()) + ", and " +
-                std::to_string(free + static_cast<std::int64_t>(s->cache_.blocks().size())) +
-                " of the " + std::to_string(pool->max_blocks()) +
-                " the budget allows are free (--kv-cache-memory-bytes, --block-size)";
-    s->finish_reason_ = "error";
-    s->cache_.clear();
+  // Alone, a sequence fits the budget (checked above); it can still lack blocks that caches
+  // outside this step hold (a scoring call's): it waits, as the preempted do, rather than
+  // failing a step that has begun.
+  if (needed > free) {
+    active.back()->preempted_ = true;
     active.pop_back();
   }
 }
@@ -79,7 +92,7 @@ void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
   std::vector<ForwardSlice> slices;
   bool all_positions = false;  // a first prefill wants its prompt's logprobs
   for (Sequence* s : active) {
-    const std::vector<std::int64_t> fed = s->step_tokens();
+    const std::vector<std::int64_t> fed = s->step_tokens();  // next_step_tokens() of them
     if (s->cache_.length == 0 && s->output_.empty()) {
       all_positions = all_positions || s->params_.prompt_logprobs;
     }

@@ -42,7 +42,12 @@ class Sequence {
   // (vLLM's recompute preemption): its cache was dropped, and a later step computes it again
   // from the prompt and the tokens produced so far, then samples on. It produced no token.
   bool preempted() const { return preempted_; }
+  // How many times it lost a cache it had computed (a sequence waiting its turn again, or one
+  // admitted while the cache was full, is left out without counting).
   std::int64_t preemptions() const { return preemptions_; }
+  // How many tokens its next step feeds: its last sampled token, or, with no cache, its prompt
+  // and whatever it produced before its cache was dropped.
+  std::int64_t next_step_tokens() const;
   void abort() { finish_reason_ = "abort"; }
   // Ends the sequence as a stop string does: finish_reason "stop".
   void stop() { finish_reason_ = "stop"; }

@@ -16,9 +16,16 @@ std::uint64_t KvBlockShape::block_bytes() const {
 }
 
 KvBlockPool::KvBlockPool(KvBlockShape shape, std::int64_t max_blocks)
-    : shape_(std::move(shape)), max_blocks_(std::max<std::int64_t>(1, max_blocks)) {
-  if (shape_.block_size < 1)
+    : shape_(std::move(shape)), max_blocks_(max_blocks) {
+  if (shape_.block_size < 1) {
     throw protocol::ValueError("a KV cache block needs at least 1 position");
+  }
+  if (max_blocks_ < 1) {
+    throw protocol::ValueError("the KV cache budget holds no block: one block of " +
+                               std::to_string(shape_.block_size) + " positions takes " +
+                               std::to_string(shape_.block_bytes()) +
+                               " bytes (--kv-cache-memory-bytes, --block-size)");
+  }
   // Block ids are int32 in the block tables.
   max_blocks_ = std::min<std::int64_t>(max_blocks_, std::numeric_limits<std::int32_t>::max());
 }
@@ -35,6 +42,8 @@ std::int64_t KvBlockPool::blocks_for(std::int64_t positions) const {
 void KvBlockPool::reserve(KvCache& cache, std::int64_t more) {
   if (auto held = cache.pool_.lock(); held && held.get() != this) {
     throw protocol::ValueError("this KV cache holds blocks of another model's cache");
+  } else if (!held && !cache.blocks_.empty()) {
+    throw protocol::ValueError("this KV cache holds blocks of a model that is gone");
   }
   const std::int64_t needed =
       blocks_for(cache.length + more) - static_cast<std::int64_t>(cache.blocks_.size());
@@ -63,22 +72,22 @@ void KvBlockPool::grow(std::int64_t blocks) {
   const std::int64_t grown =
       std::min(max_blocks_, std::max<std::int64_t>({blocks, 2 * capacity_, 16}));
   const std::int64_t slots = grown * shape_.block_size;
+  // Every layer is allocated before any is replaced: an allocation that fails leaves the pool
+  // as it was.
+  std::vector<at::Tensor> keys, values;
   for (std::int64_t l = 0; l < shape_.layers; ++l) {
     // Zeroed: a decode's masked slots get weight 0, and 0 times an uninitialized NaN is NaN.
-    at::Tensor k = at::zeros({slots, shape_.kv_heads, shape_.head_dim}, shape_.options);
-    at::Tensor v = at::zeros({slots, shape_.kv_heads, shape_.head_dim}, shape_.options);
-    const auto layer = static_cast<std::size_t>(l);
+    keys.push_back(at::zeros({slots, shape_.kv_heads, shape_.head_dim}, shape_.options));
+    values.push_back(at::zeros({slots, shape_.kv_heads, shape_.head_dim}, shape_.options));
     if (capacity_ > 0) {
+      const auto layer = static_cast<std::size_t>(l);
       const std::int64_t old = capacity_ * shape_.block_size;
-      k.narrow(0, 0, old).copy_(keys_[layer]);
-      v.narrow(0, 0, old).copy_(values_[layer]);
-      keys_[layer] = k;
-      values_[layer] = v;
-    } else {
-      keys_.push_back(k);
-      values_.push_back(v);
+      keys.back().narrow(0, 0, old).copy_(keys_[layer]);
+      values.back().narrow(0, 0, old).copy_(values_[layer]);
     }
   }
+  keys_ = std::move(keys);
+  values_ = std::move(values);
   // New blocks go under the free ones, highest first, so the lowest is taken next.
   std::vector<std::int32_t> added;
   for (std::int64_t b = grown - 1; b >= capacity_; --b)

@@ -35,7 +35,8 @@ struct KvBlockShape {
 
 class KvBlockPool : public std::enable_shared_from_this<KvBlockPool> {
  public:
-  // At most `max_blocks` blocks (at least 1); none are allocated until a step needs them.
+  // At most `max_blocks` blocks; none are allocated until a step needs them. A budget of no
+  // block is a ValueError naming a block's size.
   KvBlockPool(KvBlockShape shape, std::int64_t max_blocks);
 
   const KvBlockShape& shape() const { return shape_; }

@@ -22,8 +22,7 @@ class KvCache {
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
-  // How many positions are filled. A tensor-parallel rank rewinds it to rank 0's (positions
-  // past it are written over by the next step; the blocks stay held).
+  // How many positions are filled; a forward step adds its tokens.
   std::int64_t length = 0;
   // Set by a tensor-parallel model on the cache's first step: names it to the other ranks,
   // which keep their heads of it, and tells them to drop those when the cache goes (or is

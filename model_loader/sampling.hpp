@@ -62,11 +62,11 @@ struct RowSample {
 
 // The next token of every row of `logits` [rows, vocab] (any device), row r with `params[r]`
 // and, when its temperature is > 0, the CPU generator `generators[r]`. The filters run on the
-// whole batch at once (one copy to the host, one softmax, one sort where top-k or top-p asks
-// for it); only the draw is per row, from each row's own generator, so that a seeded request
-// gets the same tokens alone or in any batch. Whatever the parameters, at least one token
-// stays eligible; a row that still has no valid distribution (NaN logits) gets an error naming
-// the cause, for its sequence alone.
+// whole batch at once (one copy to the host, one softmax, a sort for top-k and one for top-p
+// where a row asks for them); only the draw is per row, from each row's own generator, so that a
+// seeded request gets the same tokens alone or in any batch. Whatever the parameters, at least one
+// token stays eligible; a row that still has no valid distribution (NaN logits) gets an error
+// naming the cause, for its sequence alone.
 std::vector<RowSample> sample_tokens(const at::Tensor& logits,
                                      const std::vector<const SamplingParams*>& params,
                                      const std::vector<at::Generator*>& generators);

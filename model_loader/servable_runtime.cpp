@@ -236,7 +236,6 @@ bool ServableRuntime::reload_active() const {
 }
 
 bool ServableRuntime::is_dirty() const {
-  std::lock_guard lock(reload_mutex_);
   return dirty_;
 }
 

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,7 +103,9 @@ class ServableRuntime : public ServableModel {
   mutable std::mutex reload_mutex_;
   std::unique_ptr<LayerwiseReload> reload_;
   std::map<std::string, c10::ScalarType> checkpoint_dtypes_;  // as each tensor last arrived
-  bool dirty_ = false;
+  // Written under reload_mutex_, read without it: health and the scheduler ask for it while a
+  // disk round holds the mutex for the whole checkpoint's load, and must not wait that out.
+  std::atomic<bool> dirty_ = false;
   bool dirty_before_session_ = false;
 };
 

@@ -83,7 +83,7 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "grow; when they run out, the latest sequences are preempted and recomputed "
                  "later (as vLLM's flag)")
       ->capture_default_str()
-      ->check(CLI::Range(std::uint64_t(1) << 16, std::uint64_t(1) << 44));
+      ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 44));
   app.add_option("--http-threads", o.http_threads,
                  "HTTP requests handled at once; a streaming or waiting request holds one (idle "
                  "and slow connections hold none)")

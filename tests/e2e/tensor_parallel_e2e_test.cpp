@@ -140,6 +140,50 @@ BOOST_FIXTURE_TEST_CASE(a_tp_2_worker_generates_what_a_tp_1_worker_does, Fixture
              sums["dp0:pp0:pcp0:tp1:model.norm.weight"]);
 }
 
+// Both ranks' KV caches hold 6 blocks of 4 positions; three requests needing 5 blocks each
+// run at once. Rank 0 preempts the latest, every rank frees the same blocks in the same step,
+// and each request still gets what a tp = 1 worker with room to spare gives it.
+BOOST_FIXTURE_TEST_CASE(tp_ranks_preempt_together_when_their_kv_caches_are_full, Fixture) {
+  const std::int64_t kv_heads_per_rank = std::max<std::int64_t>(1, config.num_key_value_heads / 2);
+  const std::int64_t block_bytes =
+      2 * config.num_hidden_layers * 4 * kv_heads_per_rank * config.head_dim * 4;  // float32
+  auto one = worker(1, "gloo");
+  auto two =
+      worker(2, "gloo", 0, 1, "staged",
+             {"--block-size", "4", "--kv-cache-memory-bytes", std::to_string(6 * block_bytes)});
+  auto c1 = client_of(*one);
+  auto c2 = client_of(*two);
+  auto request = [](int i) {
+    std::vector<std::int64_t> prompt(static_cast<std::size_t>(5 + i), 7 + i);
+    return json{{"prompt_token_ids", prompt}, {"max_tokens", 12}, {"temperature", 0}};
+  };
+  // A metric's value in the worker's Prometheus text.
+  auto metric = [&](const std::string& name) {
+    const std::string text = c2->call("metrics")["text"].get<std::string>();
+    const auto at = text.find("\n" + name + "{");
+    BOOST_TEST_REQUIRE(at != std::string::npos, name);
+    const auto end = text.find('\n', at + 1);
+    return std::stod(text.substr(text.rfind(' ', end) + 1, end - text.rfind(' ', end) - 1));
+  };
+  // Held in keep mode, the three queue and then join one batch together.
+  c2->call("pause", {{"mode", "keep"}});
+  std::vector<std::thread> batch;
+  std::vector<json> got(3);
+  for (int i = 0; i < 3; ++i)
+    batch.emplace_back([&, i] { got[i] = client_of(*two)->call("generate", request(i)); });
+  for (int tries = 0; metric("vllm:num_requests_waiting") < 3 && tries < 500; ++tries)
+    std::this_thread::sleep_for(10ms);
+  c2->call("resume");
+  for (auto& t : batch)
+    t.join();
+  for (int i = 0; i < 3; ++i) {
+    BOOST_TEST(got[i]["token_ids"] == c1->call("generate", request(i))["token_ids"],
+               "request " << i);
+  }
+  BOOST_TEST(c2->call("health")["status"] == "ok");
+  BOOST_TEST(metric("vllm:num_preemptions_total") > 0);
+}
+
 BOOST_FIXTURE_TEST_CASE(expert_parallel_ranks_generate_what_tp_1_does_and_take_rounds, Fixture) {
   // --enable-expert-parallel: the 4 experts of each layer spread over 2 ranks, whole.
   auto one = worker(1, "gloo");

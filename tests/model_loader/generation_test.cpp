@@ -403,11 +403,28 @@ BOOST_FIXTURE_TEST_CASE(a_sequence_the_whole_cache_cannot_hold_fails_naming_the_
   } catch (const protocol::RuntimeError& e) {
     const std::string message = e.what();
     BOOST_TEST(message.find("the KV cache cannot hold this sequence: its 9 positions need 3 "
-                            "blocks of 4, and 2 of the 2") != std::string::npos,
+                            "blocks of 4, and the budget allows 2") != std::string::npos,
                message);
     BOOST_TEST(message.find("--kv-cache-memory-bytes") != std::string::npos, message);
   }
   BOOST_TEST(limited->kv_pool()->free_blocks() == 2);
+}
+
+// A sequence the whole budget cannot hold, behind one that fits, ends at once: nothing is
+// preempted for it, and the one ahead runs to the end untouched.
+BOOST_FIXTURE_TEST_CASE(a_sequence_that_can_never_fit_preempts_nothing, Fixture) {
+  auto limited = ckpt.load(kv_blocks(*model, 4));
+  model_loader::Sequence fits(kPrompt, sampled(8, 6));  // 10 positions: 3 blocks
+  model_loader::Sequence never(std::vector<std::int64_t>(17, 3), sampled(9, 4));  // 17: 5 blocks
+  std::vector<model_loader::Sequence*> batch{&fits, &never};
+  model_loader::step(*limited, batch);
+  BOOST_TEST(never.finish_reason().value_or("") == "error");
+  BOOST_TEST(never.error()->find("the budget allows 4") != std::string::npos, *never.error());
+  while (!fits.finished())
+    model_loader::step(*limited, batch);
+  BOOST_TEST(fits.preemptions() == 0);
+  BOOST_TEST(fits.output_tokens() ==
+             model_loader::generate(*model, {kPrompt}, sampled(8, 6))[0].token_ids);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -116,8 +116,22 @@ BOOST_AUTO_TEST_CASE(a_cache_belongs_to_one_pool) {
   BOOST_TEST(moved.blocks().size() == 1u);
   BOOST_TEST(one->free_blocks() == 3);
   one.reset();
-  moved.clear();  // the pool is gone: nothing to give back to
+  BOOST_CHECK_THROW(other->reserve(moved, 1),
+                    hotswap::protocol::ValueError);  // its blocks' pool is gone
+  moved.clear();                                     // nothing to give back to
   BOOST_TEST(moved.blocks().empty());
+}
+
+// A budget smaller than one block is refused when the model loads, naming a block's size.
+BOOST_AUTO_TEST_CASE(a_budget_of_no_block_is_refused_naming_the_block_size) {
+  try {
+    KvBlockPool pool(tiny_shape(), 0);
+    BOOST_FAIL("a pool without a block was made");
+  } catch (const hotswap::protocol::ValueError& e) {
+    const std::string message = e.what();
+    BOOST_TEST(message.find("one block of 4 positions takes 512 bytes") != std::string::npos,
+               message);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

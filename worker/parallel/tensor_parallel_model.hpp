@@ -8,8 +8,8 @@
 //
 // The other ranks keep a copy of each sequence's KV cache (their heads of it), named by an id
 // this model gives the cache on its first step; the id is forgotten everywhere when the cache
-// goes (KvCache::peer_tag), and each step carries the caches' lengths, so a cleared or reused
-// cache is mirrored too.
+// goes or is cleared (KvCache::peer_tag: a cleared cache comes back under a new id), and each
+// step carries the caches' lengths, which the other ranks check against theirs.
 #pragma once
 
 #include <memory>

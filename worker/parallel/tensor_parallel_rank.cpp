@@ -93,14 +93,14 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
     for (const auto& s : params.at("slices")) {
       model_loader::KvCache& cache = caches_[s.at("cache").get<std::uint64_t>()];
       const auto length = s.at("length").get<std::int64_t>();
-      // Rank 0's cache is the truth: one it cleared or rewound is cleared or rewound here too
-      // (positions past `length` are written over by this step).
-      if (length > cache.length) {
+      // Rank 0's cache is the truth, and caches never rewind: one rank 0 cleared (a preempted
+      // sequence) comes back under a new id, its old one released, so both hold the same
+      // blocks' worth and run out together.
+      if (length != cache.length) {
         throw protocol::RuntimeError("KV cache " + s.at("cache").dump() + " holds " +
                                      std::to_string(cache.length) + " positions here but " +
                                      std::to_string(length) + " on rank 0");
       }
-      cache.length = length;
       slices.push_back({&cache, s.at("tokens").get<std::int64_t>()});
     }
     auto ids = params.at("tokens").get<std::vector<std::int64_t>>();

@@ -184,8 +184,11 @@ void GenerationScheduler::fail(Running& r, std::exception_ptr error) {
 }
 
 void GenerationScheduler::admit() {
-  // Every running sequence decodes one token this step; each newcomer prefills its prompt.
-  std::size_t tokens = running_.size();
+  // A running sequence decodes one token this step, or recomputes its prompt and output after a
+  // preemption; each newcomer prefills its prompt.
+  std::size_t tokens = 0;
+  for (const auto& r : running_)
+    tokens += static_cast<std::size_t>(r.sequence->next_step_tokens());
   while (!draining_ && !waiting_.empty() && running_.size() < limits_.max_num_seqs) {
     const std::size_t prompt = waiting_.front().sequence->prompt().size();
     // First come, first served: a prompt over the budget waits for the batch to empty, then runs
@@ -251,8 +254,11 @@ void GenerationScheduler::loop() {
     admit();
     if (running_.empty()) continue;
     std::vector<model_loader::Sequence*> batch;
-    for (auto& r : running_)
+    std::int64_t preemptions_before = 0;
+    for (auto& r : running_) {
       batch.push_back(r.sequence.get());
+      preemptions_before += r.sequence->preemptions();
+    }
     stepping_ = true;
     lock.unlock();
 
@@ -271,21 +277,25 @@ void GenerationScheduler::loop() {
       const auto ran = std::count_if(batch.begin(), batch.end(),
                                      [](const auto* s) { return !s->preempted() && !s->error(); });
       metrics_->generation_tokens(static_cast<std::size_t>(ran));
-      metrics_->preemptions(static_cast<std::size_t>(
-          std::count_if(batch.begin(), batch.end(), [](const auto* s) { return s->preempted(); })));
+      std::int64_t preemptions = -preemptions_before;
+      for (const auto* s : batch)
+        preemptions += s->preemptions();
+      metrics_->preemptions(static_cast<std::uint64_t>(preemptions));
     }
     for (auto it = running_.begin(); it != running_.end();) {
       auto& s = *it->sequence;
+      // Left out of the step to free KV cache blocks (or to wait for them): it did not run, and
+      // recomputes on a later step.
+      if (s.preempted() && !s.error()) {
+        ++it;
+        continue;
+      }
       // A failed forward fails the batch it ran; a sequence that failed on its own (its
-      // sampling) fails alone.
+      // sampling, or a KV cache too small for it) fails alone.
       const std::string& cause = error.empty() && s.error() ? *s.error() : error;
       if (!cause.empty()) {
         fail(*it, std::make_exception_ptr(protocol::RuntimeError("generation failed: " + cause)));
         it = running_.erase(it);
-        continue;
-      }
-      if (s.preempted()) {  // its blocks went to the others; it recomputes on a later step
-        ++it;
         continue;
       }
       auto produced = static_cast<std::int64_t>(s.output_tokens().size());

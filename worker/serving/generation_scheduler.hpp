@@ -1,9 +1,11 @@
 // GenerationScheduler: the worker's generation loop, continuously batched. Requests wait in a
-// queue and join the running batch at the next step; every step advances all running sequences
-// by one token (see model_loader/generation) and a sequence leaves the batch the step it ends.
+// queue and join the running batch at the next step; every step advances the running sequences
+// by one token (see model_loader/generation; those preempted for KV cache blocks wait and
+// recompute) and a sequence leaves the batch the step it ends.
 // Two limits bound a step, as vLLM's flags of the same names do: at most `max_num_seqs`
 // sequences run, and a step computes at most `max_num_batched_tokens` tokens (each decode is one,
-// a prefill its whole prompt; a prompt longer than the budget runs alone). Each request may watch
+// a prefill its whole prompt, a recompute after a preemption its prompt and output; a newcomer
+// is admitted only within the budget, and one longer than it runs alone). Each request may watch
 // its tokens as they come (`on_token`: streaming, stop strings). Between two steps the weights
 // may change (a staged commit), and each request records which weight_version produced which of
 // its tokens as [version, start, end) spans.
