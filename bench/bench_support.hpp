@@ -166,6 +166,24 @@ inline model_loader::ModelConfig llama_of_size(double gigabytes) {
   return model_loader::ModelConfig::from_json(c.to_json());
 }
 
+// A small float32 Qwen2 (4 layers, 256 wide, the qwen2 golden tokenizer's 512 ids, about 5 MB),
+// so that serving benches on a 2-core machine give figures in seconds.
+inline model_loader::ModelConfig small_qwen2() {
+  model_loader::ModelConfig c;
+  c.architecture = "Qwen2ForCausalLM";
+  c.hidden_size = 256;
+  c.intermediate_size = 704;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 1024;
+  c.qkv_bias = true;
+  c.torch_dtype = protocol::DType::kFloat32;
+  return model_loader::ModelConfig::from_json(c.to_json());
+}
+
 // bench/<this> → worker/hotswap-worker in the same build tree.
 inline std::string worker_binary() {
   return (std::filesystem::canonical("/proc/self/exe").parent_path().parent_path() /

@@ -34,24 +34,6 @@ using nlohmann::json;
 
 namespace {
 
-// A small Qwen2 (4 layers, 256 wide, the qwen2 golden tokenizer's 512 ids), so that a 2-core
-// machine gives figures in seconds.
-model_loader::ModelConfig qwen2() {
-  model_loader::ModelConfig c;
-  c.architecture = "Qwen2ForCausalLM";
-  c.hidden_size = 256;
-  c.intermediate_size = 704;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 1024;
-  c.qkv_bias = true;
-  c.torch_dtype = protocol::DType::kFloat32;
-  return model_loader::ModelConfig::from_json(c.to_json());
-}
-
 json body(const std::vector<std::int64_t>& prompt, int tokens, int seed, bool stream) {
   return {{"prompt", prompt},   {"max_tokens", tokens}, {"ignore_eos", true},
           {"temperature", 1.0}, {"seed", seed},         {"stream", stream}};
@@ -80,7 +62,7 @@ int main(int argc, char** argv) {
   }
   const fs::path work =
       fs::temp_directory_path() / ("hotswap-serving-bench-" + std::to_string(::getpid()));
-  model_loader::write_synthetic_checkpoint(work, qwen2(), {});
+  model_loader::write_synthetic_checkpoint(work, bench::small_qwen2(), {});
   fs::copy_file(fs::path(HOTSWAP_GOLDEN_DIR) / "tokenizer/qwen2/tokenizer.json",
                 work / "tokenizer.json");
   const int port = transport::pick_free_port();

@@ -16,12 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "bench/trainer_engines.hpp"
 #include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
-#include "trainer_sdk/broadcast_trainer_engine.hpp"
-#include "trainer_sdk/disk_trainer_engine.hpp"
-#include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
@@ -123,23 +121,11 @@ int run_soak(int rounds, const std::vector<std::string>& backends) {
     const bool sparse = backend == "sparse_gloo";
 
     std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
-    if (backend == "shm") {
-      trainer_sdk::ShmTrainerInitInfo info(1, 0);
-      info.packed_buffer_size_bytes = 1 << 20;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == "gloo") {
-      trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
-      info.packed_buffer_size_bytes = 1 << 20;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (sparse) {
+    if (sparse) {
       trainer_sdk::SparseGlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
       engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
-    } else if (backend == "disk") {
-      trainer_sdk::DiskTrainerInitInfo info(work / "shared", 0);
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
     } else {
-      throw protocol::ValueError("--soak runs shm, gloo, sparse_gloo or disk, not '" + backend +
-                                 "'");
+      engine = make_cpu_trainer_engine(backend, client, source, 1 << 20, work / "shared");
     }
 
     Resources base;

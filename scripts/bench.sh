@@ -40,6 +40,7 @@ run "$bench/hotswap_many_senders_bench"
 run "$bench/hotswap_tensor_parallel_bench"
 run "$bench/hotswap_tokenizer_bench" --json
 run "$bench/hotswap_serving_bench" --json
+run "$bench/hotswap_serving_updates_bench" --json
 # The Python trainer SDK against the same push from C++, where the package was built.
 if compgen -G "$build/python/hotswap/_C*.so" >/dev/null; then
   python=$(sed -n 's/^_\?Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" | head -1)
