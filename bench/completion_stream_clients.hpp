@@ -157,8 +157,16 @@ class ClientPool {
         status = r.status;
         return true;
       };
+      bool bad_event = false;
       req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
-        if (status == 200) reader.feed(std::string_view(data, size));
+        try {
+          if (status == 200) reader.feed(std::string_view(data, size));
+        } catch (const std::exception& e) {  // an event that is not JSON: this stream failed
+          std::cerr << "hotswap_serving_updates_bench: a stream sent a bad event: " << e.what()
+                    << "\n";
+          bad_event = true;
+          return false;
+        }
         if (!counted && s.tokens.size() >= 2) {
           counted = true;
           ++streaming_;
