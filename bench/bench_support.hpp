@@ -80,6 +80,15 @@ inline Spread spread_of(std::vector<double> values) {
   return {median, values.front(), values.back()};
 }
 
+// The value at rank floor(q × n) of `values` (q in [0, 1]; 0 when there are none): the median
+// at q = 0.5, the p99 at 0.99.
+inline double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1,
+                         static_cast<std::size_t>(q * static_cast<double>(values.size())))];
+}
+
 // A figure measured once per repetition, without a limit: the median with its range.
 inline void report_spread(const std::string& bench, const std::string& what,
                           const std::vector<double>& values, const std::string& unit,

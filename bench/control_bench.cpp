@@ -34,11 +34,6 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * v.size()))];
-}
-
 void report(const std::string& name, double value, const std::string& unit, json extra = {}) {
   bench::report("control", name, value, unit, std::move(extra));
 }
@@ -97,8 +92,8 @@ int main(int argc, char** argv) {
       client.call("health");
       rtt.push_back(ms_since(t));
     }
-    report("health round trip, median", percentile(rtt, 0.5), "ms");
-    report("health round trip, p99", percentile(rtt, 0.99), "ms");
+    report("health round trip, median", bench::percentile(rtt, 0.5), "ms");
+    report("health round trip, p99", bench::percentile(rtt, 0.99), "ms");
 
     std::vector<double> rounds;
     std::vector<std::vector<double>> calls(4);  // each call's share, to see where a round goes
@@ -116,11 +111,13 @@ int main(int argc, char** argv) {
       timed(3, "finish_weight_update", {{"weight_version", std::to_string(i)}});
       rounds.push_back(ms_since(t));
     }
-    report("four-call round (disk, 0.4 MB checkpoint), median", percentile(rounds, 0.5), "ms");
+    report("four-call round (disk, 0.4 MB checkpoint), median", bench::percentile(rounds, 0.5),
+           "ms");
     const char* names[] = {"init_weight_transfer_engine", "start_weight_update", "update_weights",
                            "finish_weight_update"};
     for (std::size_t k = 0; k < calls.size(); ++k)
-      report(std::string("  of which ") + names[k] + ", median", percentile(calls[k], 0.5), "ms");
+      report(std::string("  of which ") + names[k] + ", median", bench::percentile(calls[k], 0.5),
+             "ms");
     client.call("shutdown");
     proc->wait_exit(std::chrono::seconds(30));
   }

@@ -98,13 +98,6 @@ struct PhaseFigures {
   std::size_t gaps = 0;
 };
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
-  return v[std::min(i, v.size() - 1)];
-}
-
 PhaseFigures phase_figures(const std::vector<Stream>& streams, const std::vector<Window>& windows,
                            Clock::time_point from, Clock::time_point to) {
   std::vector<double> gaps;
@@ -124,8 +117,8 @@ PhaseFigures phase_figures(const std::vector<Stream>& streams, const std::vector
   }
   PhaseFigures f;
   f.gaps = gaps.size();
-  f.gap_p50 = percentile(gaps, 0.50);
-  f.gap_p99 = percentile(gaps, 0.99);
+  f.gap_p50 = bench::percentile(gaps, 0.50);
+  f.gap_p99 = bench::percentile(gaps, 0.99);
   f.gap_max = gaps.empty() ? 0 : *std::max_element(gaps.begin(), gaps.end());
   f.tokens_per_second = static_cast<double>(tokens) / (ms_between(from, to) / 1000);
   return f;
@@ -338,7 +331,7 @@ void run_config(const ModelCase& m, const Config& c, const fs::path& work, Train
   Replica idle = start_replica(work / "set0", c, trainer, work / "disk-idle", 64);
   std::map<std::string, int> set_of = {{"default", 0}};
   Figures f;
-  std::vector<std::vector<Stream>> kept;  // the update phases' streams, for the checks
+  std::vector<Stream> kept;  // the update phases' streams, for the checks
   const auto quiet = std::chrono::milliseconds(500);
   for (int rep = 0; rep < reps; ++rep) {
     for (int phase = 0; phase < 2; ++phase) {  // 0: into the serving worker; 1: into the idle one
@@ -371,17 +364,16 @@ void run_config(const ModelCase& m, const Config& c, const fs::path& work, Train
         f.failed += pool.totals.failed;
         f.aborted += pool.totals.aborted;
         f.refused += pool.totals.refused;
-        kept.push_back(pool.streams());
+        auto streams = pool.streams();
+        kept.insert(kept.end(), std::make_move_iterator(streams.begin()),
+                    std::make_move_iterator(streams.end()));
       } else {
         f.failed += pool.totals.failed;  // a failure is a failure in either phase
       }
     }
   }
-  std::vector<Stream> all;
-  for (auto& streams : kept)
-    all.insert(all.end(), streams.begin(), streams.end());
   int wrong_spans = 0;
-  auto checks = checks_for(all, set_of, check_limit, wrong_spans);
+  auto checks = checks_for(kept, set_of, check_limit, wrong_spans);
   run_checks(checks, idle, trainer, m.logprob_tolerance, f);
   f.wrong += wrong_spans;
 
