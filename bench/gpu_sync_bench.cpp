@@ -19,7 +19,9 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <thread>
+#include <utility>
 
 #include "bench/bench_support.hpp"
 #include "model_loader/checkpoint.hpp"
@@ -114,6 +116,46 @@ std::vector<double> decode_tokens_per_second(const fs::path& model_dir, int batc
   return rates;
 }
 
+// The trainer's side of each of the four calls, timed: a sync's time splits into the worker's
+// answers (start, update: the opens and copies; finish: the unmaps and the commit) and what the
+// trainer does between them (exports, packing, waiting for its own stream).
+class TimedClient : public trainer_sdk::WeightSyncClient {
+ public:
+  explicit TimedClient(std::shared_ptr<trainer_sdk::WeightSyncClient> inner)
+      : inner_(std::move(inner)) {}
+
+  void init_weight_transfer_engine(const nlohmann::json& init_info) override {
+    inner_->init_weight_transfer_engine(init_info);
+  }
+  void start_weight_update() override {
+    timed("start", [&] { inner_->start_weight_update(); });
+  }
+  void update_weights(const nlohmann::json& update_info) override {
+    timed("update", [&] { inner_->update_weights(update_info); });
+  }
+  void finish_weight_update(const std::optional<std::string>& weight_version) override {
+    timed("finish", [&] { inner_->finish_weight_update(weight_version); });
+  }
+  WorkerDigests checkpoint_checksums() override { return inner_->checkpoint_checksums(); }
+  void shutdown_weight_transfer_engine() override { inner_->shutdown_weight_transfer_engine(); }
+  void abort_and_shutdown_weight_transfer_engine() override {
+    inner_->abort_and_shutdown_weight_transfer_engine();
+  }
+
+  // Seconds in each call since the last take, by call; cleared.
+  std::map<std::string, double> take() { return std::exchange(seconds_, {}); }
+
+ private:
+  template <class Call>
+  void timed(const std::string& name, Call call) {
+    auto t = Clock::now();
+    call();
+    seconds_[name] += since(t);
+  }
+  std::shared_ptr<trainer_sdk::WeightSyncClient> inner_;
+  std::map<std::string, double> seconds_;
+};
+
 struct Run {
   std::uint64_t bytes;
   std::string size;
@@ -122,9 +164,10 @@ struct Run {
 };
 
 // Full syncs into one worker process: a warm-up round, then `reps` timed rounds, each after a
-// call of `between` (the limit measured next to it).
+// call of `between` (the limit measured next to it). Reports where the rounds' time went, each
+// line named by `backend` and `what` (", packed").
 std::vector<double> sync_seconds(
-    const Run& run, const std::string& backend, int worker_gpu, int reps,
+    const Run& run, const std::string& backend, const std::string& what, int worker_gpu, int reps,
     const std::function<void()>& between,
     const std::function<std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>(
         std::shared_ptr<trainer_sdk::WeightSyncClient>,
@@ -135,17 +178,33 @@ std::vector<double> sync_seconds(
        "tcp://127.0.0.1:*", "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}",
        "--timeout", "600"});
   std::string endpoint = worker::wait_until_ready(worker, std::chrono::seconds(600));
-  auto client =
-      std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600));
+  auto client = std::make_shared<TimedClient>(
+      std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600)));
   auto engine = make_engine(client, std::make_shared<trainer_sdk::TensorListSource>(run.tensors));
   engine->send_weights();
   std::vector<double> seconds;
+  std::map<std::string, std::vector<double>> calls;  // each call's ms, by round
   for (int i = 0; i < reps; ++i) {
     between();
     HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
+    client->take();
     auto t = Clock::now();
     engine->send_weights();
     seconds.push_back(since(t));
+    double in_calls = 0;
+    for (const auto& [name, s] : client->take()) {
+      calls[name].push_back(s * 1e3);
+      in_calls += s;
+    }
+    calls["trainer"].push_back((seconds.back() - in_calls) * 1e3);
+  }
+  // Where a round's time goes, as the trainer sees it: the median ms of each part.
+  for (const auto& [name, ms] : calls) {
+    const auto part = bench::spread_of(ms);
+    bench::report("gpu_sync",
+                  "model " + run.size + ": " + backend + what + " round, " +
+                      (name == "trainer" ? "trainer between calls" : name + " call"),
+                  part.median, "ms", {{"spread", part.to_json()}});
   }
   engine->shutdown();
   worker.stop();
@@ -197,7 +256,7 @@ int run(int argc, char** argv) {
   for (bool packed : {false, true}) {
     std::vector<double> limit;
     auto seconds = sync_seconds(
-        run, "ipc", 0, reps, [&] { limit.push_back(copy.seconds()); },
+        run, "ipc", packed ? ", packed" : "", 0, reps, [&] { limit.push_back(copy.seconds()); },
         [&](auto client, auto source) {
           trainer_sdk::IpcTrainerInitInfo info(0);
           info.packed = packed;
@@ -227,7 +286,7 @@ int run(int argc, char** argv) {
                   run.bytes / raw / 1e9, "GB/s", {{"bytes", run.bytes}});
     double s =
         bench::spread_of(sync_seconds(
-                             run, "nccl", 1, reps, [] {},
+                             run, "nccl", ", packed", 1, reps, [] {},
                              [&](auto client, auto source) {
                                trainer_sdk::NcclTrainerInitInfo info(
                                    "127.0.0.1", transport::pick_free_port(), 2, 0);

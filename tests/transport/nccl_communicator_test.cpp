@@ -114,29 +114,35 @@ BOOST_AUTO_TEST_CASE(a_collective_starts_after_the_callers_side_stream_and_retur
   at::Tensor x = at::zeros({1 << 20}, cuda.dtype(at::kFloat));
   cudaEvent_t written = nullptr;
   BOOST_REQUIRE(cudaEventCreateWithFlags(&written, cudaEventDisableTiming) == cudaSuccess);
+  // Tens of milliseconds of matmuls queued on the current stream, a matrix that shrinks to 0.
+  auto slow_work = [&] {
+    at::Tensor m = at::randn({4096, 4096}, cuda.dtype(at::kFloat)) / 128;
+    for (int i = 0; i < 24; ++i)
+      m = at::matmul(m, m);
+    return m.sum() * 0;
+  };
   {
     c10::cuda::CUDAStreamGuard on_side(side);
-    at::Tensor m = at::randn({4096, 4096}, cuda.dtype(at::kFloat)) / 128;  // shrinks to 0
-    for (int i = 0; i < 24; ++i)
-      m = at::matmul(m, m);
+    // Once untimed: the first launch of a kernel loads its module (CUDA's lazy loading), which
+    // can wait for the whole device, so on a fast GPU the matmuls were done before the first
+    // query below (seen on an H200). Loaded now, every launch after this one is only queued.
+    x.add_(slow_work());
+    BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     x.fill_(3.0);
-    x.add_(m.sum() * 0);  // the write depends on the slow work, whatever the scheduler does
+    x.add_(slow_work());  // the write depends on the slow work, whatever the scheduler does
     BOOST_REQUIRE(cudaEventRecord(written, side.stream()) == cudaSuccess);
-    BOOST_TEST((cudaEventQuery(written) == cudaErrorNotReady));  // still queued
+    BOOST_TEST(cudaEventQuery(written) == cudaErrorNotReady);  // still queued
     comm.all_reduce_sum(x, 10s);
     // Returned: the collective ran after the write, and has finished.
-    BOOST_TEST((cudaEventQuery(written) == cudaSuccess));
+    BOOST_TEST(cudaEventQuery(written) == cudaSuccess);
     comm.broadcast(x, 0, 10s);
     // Queued (a tensor-parallel step's): the host goes on at once, the caller's stream waits.
-    m = at::randn({4096, 4096}, cuda.dtype(at::kFloat)) / 128;
-    for (int i = 0; i < 24; ++i)
-      m = at::matmul(m, m);
-    x.add_(m.sum() * 0);
+    x.add_(slow_work());
     BOOST_REQUIRE(cudaEventRecord(written, side.stream()) == cudaSuccess);
     comm.queue_all_reduce_sum(x, 10s);
-    BOOST_TEST((cudaEventQuery(written) == cudaErrorNotReady), "queue_all_reduce_sum waited");
+    BOOST_TEST(cudaEventQuery(written) == cudaErrorNotReady, "queue_all_reduce_sum waited");
     comm.wait_queued(10s);
-    BOOST_TEST((cudaEventQuery(written) == cudaSuccess));
+    BOOST_TEST(cudaEventQuery(written) == cudaSuccess);
     comm.wait_queued(10s);  // nothing queued: returns at once
   }
   // Read on the default stream: the side stream's write is there once the calls have returned.
