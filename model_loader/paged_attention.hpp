@@ -1,13 +1,16 @@
 // Attention of one forward step over a paged KV cache (KvBlockPool): every sequence of the step
-// in one call per layer, with no padding to the longest.
+// in a fixed number of calls per layer, with no padding to the longest.
 //
-// The step's decodes (one new token each) attend together: each (sequence, block) pair is one
-// entry of a batched matmul over that block's keys, and a softmax segmented by sequence joins
-// the pairs of each sequence, so the work follows the positions each sequence holds. Prefills
-// (several new tokens) attend over their own keys, gathered from their blocks, in chunks of
-// queries (causal_attention), a few large matmuls each. The indices both need are made once
-// per step (PagedAttentionPlan) and serve every layer; nothing in a layer loops over sequences
-// on the host but the prefills, whose matmuls dwarf the loop.
+// The step's new tokens are cut into query tiles: a decode is a tile of one row, a prefill of up
+// to `longest_tiled_prefill` tokens is tiles of block_size consecutive rows. Each (tile, block)
+// pair, for the blocks a tile's rows can see, is one entry of a batched matmul over that block's
+// keys, and a softmax segmented by tile joins a tile's pairs, so the work follows the positions
+// each sequence holds (a tile skips the blocks past its last row). Decodes are one call and short
+// prefills one more, each split only where its pairs would pass a memory budget. A longer prefill
+// attends over its own keys, gathered from its blocks, in chunks of queries (causal_attention):
+// there a few large matmuls dwarf the loop over such prefills, where tiles would copy each query
+// tile and key block once per pair. The indices are made once per step (PagedAttentionPlan) and
+// serve every layer.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,18 +33,50 @@ struct PagedSlice {
   std::int64_t num_tokens = 0;
 };
 
+// What one batched call of a layer may gather, as the models set it: 256 MiB, about 1,440 pairs
+// of decodes (23k cached positions) for Llama-3-8B's shapes in float32, 264 pairs of a
+// prefill's 16-row tiles.
+inline constexpr std::int64_t kPagedAttentionCallBudget = std::int64_t{256} << 20;
+
+// Where the step's prefills split between tiles and calls of their own, and how large one
+// batched call may grow.
+struct PagedAttentionLimits {
+  // A 256-token prompt is 16 tiles and 136 pairs from an empty cache: its tiles copy each query
+  // tile once per block it sees, which past this grows with the square of the prompt.
+  std::int64_t longest_tiled_prefill = 256;
+  // Bytes of one call's gathered queries, keys, values, scores and partial sums, for a layer of
+  // these shapes; 0: no bound. A tile is never split between calls.
+  std::int64_t bytes_per_call = 0;
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0, element_size = 4;
+
+  // What one (tile, block) pair of a tile of `rows_per_tile` rows gathers and makes.
+  std::int64_t pair_bytes(std::int64_t rows_per_tile, std::int64_t block_size) const;
+  // The most such pairs one call holds.
+  std::int64_t pairs_per_call(std::int64_t rows_per_tile, std::int64_t block_size) const;
+};
+
 struct PagedAttentionPlan {
   // The pool slot each new token's key and value are written to, in row order [tokens].
   at::Tensor slots;
 
-  // Decodes: their rows of the step's queries [decodes]; one entry per (decode, block) pair:
-  // which decode, which block, and which of the block's slots it may not see (past its
-  // position, or outside the sliding window) [pairs, block_size].
-  at::Tensor decode_rows, pair_decode, pair_block, pair_blocked;
-  std::int64_t decodes = 0;
+  // Query tiles attended in one batched call.
+  struct Tiles {
+    std::int64_t count = 0, rows_per_tile = 1;
+    // [count * rows_per_tile]: the step row of each tile slot; a short tile repeats its last row.
+    at::Tensor rows;
+    // One entry per (tile, block) pair: which tile, which block [pairs]; which of the block's
+    // slots each tile row may not see (past its position, or outside the sliding window)
+    // [pairs, rows_per_tile, block_size]; which slots lie past the tile's last position, whose
+    // values an earlier sequence may have left there (NaN at worst) [pairs, block_size].
+    at::Tensor pair_tile, pair_block, pair_blocked, pair_unwritten;
+    // Where some tile is short: the tile slots that hold a real row, and those rows.
+    at::Tensor kept_slots, kept_rows;
+  };
+  // Decodes (rows_per_tile 1) first, then the tiled prefills (rows_per_tile block_size).
+  std::vector<Tiles> tiles;
 
-  // Prefills: each one's first row, length and start, and the slots of its keys in position
-  // order (everything up to its last new token).
+  // Longer prefills: each one's first row, length and start, and the slots of its keys in
+  // position order (everything up to its last new token).
   struct Prefill {
     std::int64_t first_row = 0, num_tokens = 0, start = 0;
     at::Tensor key_slots;
@@ -51,7 +86,8 @@ struct PagedAttentionPlan {
   // Made on the host, then moved to `device` in one copy per index tensor.
   static PagedAttentionPlan make(const std::vector<PagedSlice>& slices, std::int64_t block_size,
                                  std::optional<std::int64_t> sliding_window,
-                                 const c10::Device& device);
+                                 const c10::Device& device,
+                                 const PagedAttentionLimits& limits = {});
 };
 
 // Writes the step's keys and values [tokens, kv_heads, head_dim] into one layer's pool tensors

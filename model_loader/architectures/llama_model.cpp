@@ -74,6 +74,11 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   compute_dtype_ = store().dtype();
   if (compute_dtype_ == at::kHalf && store().device().is_cpu()) compute_dtype_ = at::kFloat;
   attention_dtype_ = store().device().is_cpu() ? at::kFloat : compute_dtype_;
+  attention_limits_.bytes_per_call = kPagedAttentionCallBudget;
+  attention_limits_.heads = heads_.heads;
+  attention_limits_.kv_heads = heads_.kv_heads;
+  attention_limits_.head_dim = this->config().head_dim;
+  attention_limits_.element_size = static_cast<std::int64_t>(c10::elementSize(attention_dtype_));
   // Every table and helper lives on the model's device: one op over tensors of two devices is
   // an error, and a table on the CPU would be copied over at every step if it were not.
   inv_freq_ = rope_inverse_frequencies(this->config()).to(store().device());
@@ -270,8 +275,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     kv_pool_->reserve(*s.cache, s.num_tokens);
     paged.push_back({s.cache, s.cache->length, s.num_tokens});
   }
-  const PagedAttentionPlan plan =
-      PagedAttentionPlan::make(paged, kv_pool_->block_size(), c.sliding_window, store().device());
+  const PagedAttentionPlan plan = PagedAttentionPlan::make(
+      paged, kv_pool_->block_size(), c.sliding_window, store().device(), attention_limits_);
 
   // Per step, not per layer: the rotary angles.
   auto [cos, sin] = rope_tables(positions);

@@ -16,6 +16,7 @@
 
 #include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/kv_block_pool.hpp"
+#include "model_loader/paged_attention.hpp"
 #include "model_loader/servable_runtime.hpp"
 
 namespace hotswap::model_loader {
@@ -52,8 +53,9 @@ class LlamaModel final : public ServableRuntime {
   // Attention's two matmuls: float32 on the CPU, where a bfloat16 batched matmul rounds more
   // than transformers' does; compute_dtype_ elsewhere.
   c10::ScalarType attention_dtype_;
-  at::Tensor inv_freq_;                   // float32 [head_dim / 2], on the model's device
-  std::shared_ptr<KvBlockPool> kv_pool_;  // every sequence's keys and values, in blocks
+  PagedAttentionLimits attention_limits_;  // this rank's heads, the budget of one batched call
+  at::Tensor inv_freq_;                    // float32 [head_dim / 2], on the model's device
+  std::shared_ptr<KvBlockPool> kv_pool_;   // every sequence's keys and values, in blocks
 
   // A layer's runtime parameters; kNone for those it does not have (a sparse layer has a router
   // and fused experts in place of gate_up and down).

@@ -27,18 +27,41 @@ struct Sequence {
   KvCache cache;
 };
 
+// How the step's tokens went to calls.
+struct Calls {
+  std::size_t decode_calls = 0, tiled_calls = 0, own_prefills = 0;
+  std::int64_t decodes = 0, prefill_tiles = 0;
+};
+
+Calls calls_of(const PagedAttentionPlan& plan) {
+  Calls c;
+  for (const auto& t : plan.tiles) {
+    if (t.rows_per_tile == 1) {
+      ++c.decode_calls;
+      c.decodes += t.count;
+    } else {
+      ++c.tiled_calls;
+      c.prefill_tiles += t.count;
+    }
+  }
+  c.own_prefills = plan.prefills.size();
+  return c;
+}
+
 // paged_attention over a mix of prefills and decodes, against causal_attention of each
-// sequence over its keys laid out whole.
-void check_against_contiguous_attention(std::optional<std::int64_t> window) {
+// sequence over its keys laid out whole; how the plan split them.
+Calls check_against_contiguous_attention(std::optional<std::int64_t> window,
+                                         const PagedAttentionLimits& limits = {}) {
   at::manual_seed(7);
   const auto floats = at::TensorOptions().dtype(at::kFloat);
   auto pool =
       std::make_shared<KvBlockPool>(KvBlockShape{1, kKvHeads, kHeadDim, kBlock, floats}, 64);
   std::vector<Sequence> seqs;
   // A first prefill, decodes at a block's first and middle slots and past several blocks, a
-  // one-token prompt, a prefill that continues a cache.
+  // one-token prompt, a prefill that continues a cache, one longer than a block from the middle
+  // of one, one whole block.
   for (auto [start, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-           {0, 6}, {9, 1}, {4, 1}, {14, 1}, {0, 1}, {5, 3}}) {
+           {0, 6}, {9, 1}, {4, 1}, {14, 1}, {0, 1}, {5, 3}, {2, 11}, {4, 4}}) {
     seqs.push_back({start, n, at::randn({start + n, kKvHeads, kHeadDim}, floats),
                     at::randn({start + n, kKvHeads, kHeadDim}, floats), KvCache{}});
   }
@@ -71,10 +94,8 @@ void check_against_contiguous_attention(std::optional<std::int64_t> window) {
   const c10::Device cpu(c10::kCPU);
   write_kv(at::cat(history_k), at::cat(history_v), key_pool, value_pool,
            PagedAttentionPlan::make(history, kBlock, window, cpu));
-  const auto plan = PagedAttentionPlan::make(step, kBlock, window, cpu);
+  const auto plan = PagedAttentionPlan::make(step, kBlock, window, cpu, limits);
   write_kv(at::cat(step_k), at::cat(step_v), key_pool, value_pool, plan);
-  BOOST_TEST(plan.decodes == 4);  // the one-token prompt is a decode too
-  BOOST_TEST(plan.prefills.size() == 2u);
 
   at::Tensor out = paged_attention(at::cat(queries), key_pool, value_pool, plan, kBlock, 0.3,
                                    window, at::kFloat);
@@ -95,6 +116,7 @@ void check_against_contiguous_attention(std::optional<std::int64_t> window) {
                "sequence " << i << " (start " << s.start << ", " << s.num_tokens << " tokens)");
     row += s.num_tokens;
   }
+  return calls_of(plan);
 }
 
 }  // namespace
@@ -102,13 +124,45 @@ void check_against_contiguous_attention(std::optional<std::int64_t> window) {
 BOOST_AUTO_TEST_SUITE(paged_attention)
 
 BOOST_AUTO_TEST_CASE(prefills_and_decodes_over_scattered_blocks_equal_attention_over_whole_keys) {
-  check_against_contiguous_attention(std::nullopt);
+  const Calls calls = check_against_contiguous_attention(std::nullopt);
+  // Every sequence in two calls: the one-token prompt is a decode too; the prefills of 6, 3, 11
+  // and 4 tokens are 2 + 1 + 3 + 1 tiles of a block's rows.
+  BOOST_TEST(calls.decode_calls == 1u);
+  BOOST_TEST(calls.decodes == 4);
+  BOOST_TEST(calls.tiled_calls == 1u);
+  BOOST_TEST(calls.prefill_tiles == 7);
+  BOOST_TEST(calls.own_prefills == 0u);
 }
 
-// A window hides the oldest keys: whole blocks outside it are left out of a decode's pairs.
+// A window hides the oldest keys: whole blocks outside it are left out of a tile's pairs.
 BOOST_AUTO_TEST_CASE(a_sliding_window_hides_the_same_keys_as_without_blocks) {
   check_against_contiguous_attention(3);
   check_against_contiguous_attention(5);
+}
+
+// Prefills longer than the limit attend on their own; the tiles of the others, and the
+// decodes, are split between calls where their pairs would pass the budget, never inside a tile.
+BOOST_AUTO_TEST_CASE(long_prefills_attend_alone_and_a_budget_splits_calls_between_tiles) {
+  PagedAttentionLimits limits;
+  limits.longest_tiled_prefill = 5;  // the prefills of 6 and 11 tokens attend on their own
+  limits.heads = kHeads;
+  limits.kv_heads = kKvHeads;
+  limits.head_dim = kHeadDim;
+  limits.bytes_per_call = 1;  // less than a pair: one tile a call, whatever its pairs
+  for (auto window : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{3}}) {
+    const Calls calls = check_against_contiguous_attention(window, limits);
+    BOOST_TEST(calls.own_prefills == 2u);
+    BOOST_TEST(calls.decodes == 4);
+    BOOST_TEST(calls.decode_calls == 4u);
+    BOOST_TEST(calls.prefill_tiles == 2);
+    BOOST_TEST(calls.tiled_calls == 2u);
+  }
+  // Six decode pairs a call: the decodes at positions 9, 4, 14 and 0 hold 3, 2, 4 and 1 pairs
+  // (blocks 0-2, 0-1, 0-3, 0), so {9, 4} and {14, 0}.
+  limits.bytes_per_call = 6 * limits.pair_bytes(1, kBlock);
+  const Calls calls = check_against_contiguous_attention(std::nullopt, limits);
+  BOOST_TEST(calls.decode_calls == 2u);
+  BOOST_TEST(calls.decodes == 4);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
