@@ -105,6 +105,17 @@ bool has_avx2_fma() {
 }
 #endif
 
+// Whether the CPU multiplies bfloat16 itself (AVX512-BF16: Zen 4, Cooper Lake, Sapphire Rapids
+// and later), where libtorch's bfloat16 matmul (oneDNN) runs on it.
+bool has_native_bfloat16() {
+#if defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx512bf16");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 template <class W>
 void dot_rows(DotKernel kernel, const float* x, std::int64_t rows, const W* w, std::int64_t in,
               float* out, std::int64_t out_stride, std::int64_t begin, std::int64_t end) {
@@ -153,6 +164,11 @@ at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
   if (x.device().is_cpu() && x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat &&
       weight.scalar_type() == at::kFloat) {
     return at::mv(weight, x[0]).unsqueeze(0).to(result);
+  }
+  if (x.device().is_cpu() && x.scalar_type() == at::kBFloat16 &&
+      weight.scalar_type() == at::kBFloat16 && result == at::kBFloat16 && has_native_bfloat16() &&
+      (x.dim() != 2 || x.size(0) >= kNativeBfloat16Rows)) {
+    return at::matmul(x, weight.t());
   }
   const bool small_enough =
       weight.scalar_type() != at::kFloat || x.dim() != 2 || x.size(0) <= kSmallBatchRowsFloat32;
