@@ -20,8 +20,9 @@
 // bfloat16 matmul (oneDNN), which also accumulates in float32 and rounds once: 128 rows of a
 // 2816x1024 weight took 1.8 ms against 5.2 ms through a float32 copy, and the bench model's
 // decode at batch 8 went from 98 to 225 tokens/s, its 128-token prefill from 663 to 1,225. One
-// row stays on the dot-product kernel (batch-1 decode 1.5-1.7x transformers' either way), and
-// a float32 result (logits, a product before its bias) stays on the paths above, unrounded.
+// row, and a float32 result (logits, a product before its bias), stay on the dot-product
+// kernel, which there takes bfloat16 rows of x as they are and multiplies pairs of bfloat16 with
+// AVX512-BF16 (exact products, float32 sums), each weight row loaded once for every row of x.
 // Elsewhere (a GPU, float16 storage, the meta device) it is at::matmul, as before.
 #pragma once
 
@@ -41,8 +42,9 @@ inline constexpr std::int64_t kNativeBfloat16Rows = 2;
 at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
                         std::optional<at::ScalarType> out = std::nullopt);
 
-// Which dot-product kernel: the fastest this CPU runs (AVX2 + FMA where it has them), or the
-// portable one that runs everywhere (so that tests drive it on any machine).
+// Which dot-product kernel: the fastest this CPU runs (AVX512-BF16 pairs for bfloat16 x and
+// weights, AVX2 + FMA where it has them), or the portable one that runs everywhere (so that
+// tests drive it on any machine).
 enum class DotKernel { kBest, kPortable };
 
 // The small-batch kernel alone, for tests and benchmarks: x [rows, in], weight [out, in]

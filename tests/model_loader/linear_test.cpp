@@ -27,21 +27,24 @@ double max_relative_error(const at::Tensor& got, const at::Tensor& want) {
 
 BOOST_AUTO_TEST_SUITE(linear)
 
-// Every row count the kernel takes, and widths that leave a tail after its 16-wide steps; the
-// portable kernel too, which only CPUs without AVX2 would otherwise run.
+// Every row count the kernel takes, and widths that leave a tail after its 16- and 32-wide
+// steps; x in float32 and in bfloat16 (which the AVX512-BF16 pair kernel takes as it is, where
+// the CPU has it); the portable kernel too, which only CPUs without AVX2 would otherwise run.
 BOOST_AUTO_TEST_CASE(small_batch_kernel_matches_float64_for_both_weight_dtypes) {
-  for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    for (std::int64_t rows : {1, 3, 8}) {
-      for (std::int64_t in : {16, 37, 200}) {
+  for (auto [dtype, x_dtype] : std::vector<std::pair<at::ScalarType, at::ScalarType>>{
+           {at::kFloat, at::kFloat}, {at::kBFloat16, at::kFloat}, {at::kBFloat16, at::kBFloat16}}) {
+    for (std::int64_t rows : {1, 2, 3, 5, 8}) {
+      for (std::int64_t in : {16, 37, 64, 200}) {
         at::Tensor w = at::randn({67, in}).to(dtype);
-        at::Tensor x = at::randn({rows, in});
+        at::Tensor x = at::randn({rows, in}).to(x_dtype);
         for (auto kernel : {model_loader::DotKernel::kBest, model_loader::DotKernel::kPortable}) {
           at::Tensor y = model_loader::small_batch_linear(x, w, kernel);
           BOOST_TEST(y.scalar_type() == at::kFloat);
           BOOST_TEST(y.sizes().vec() == (std::vector<std::int64_t>{rows, 67}));
           BOOST_TEST(max_relative_error(y, exact(x, w)) < 1e-5,
-                     c10::toString(dtype) << " rows " << rows << " in " << in << " portable "
-                                          << (kernel == model_loader::DotKernel::kPortable));
+                     c10::toString(dtype)
+                         << " x " << c10::toString(x_dtype) << " rows " << rows << " in " << in
+                         << " portable " << (kernel == model_loader::DotKernel::kPortable));
         }
       }
     }
