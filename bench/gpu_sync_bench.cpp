@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -118,7 +119,9 @@ std::vector<double> decode_tokens_per_second(const fs::path& model_dir, int batc
 
 // The trainer's side of each of the four calls, timed: a sync's time splits into the worker's
 // answers (start, update: the opens and copies; finish: the unmaps and the commit) and what the
-// trainer does between them (exports, packing, waiting for its own stream).
+// trainer does between them (exports, packing, waiting for its own stream). Only for engines
+// that wait on each call before going on (ipc): a broadcast engine's update call runs beside
+// its broadcast, so its time holds the transfer's.
 class TimedClient : public trainer_sdk::WeightSyncClient {
  public:
   explicit TimedClient(std::shared_ptr<trainer_sdk::WeightSyncClient> inner)
@@ -143,16 +146,21 @@ class TimedClient : public trainer_sdk::WeightSyncClient {
   }
 
   // Seconds in each call since the last take, by call; cleared.
-  std::map<std::string, double> take() { return std::exchange(seconds_, {}); }
+  std::map<std::string, double> take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(seconds_, {});
+  }
 
  private:
   template <class Call>
   void timed(const std::string& name, Call call) {
     auto t = Clock::now();
     call();
+    std::lock_guard lock(mutex_);  // an engine may call from a thread of its own
     seconds_[name] += since(t);
   }
   std::shared_ptr<trainer_sdk::WeightSyncClient> inner_;
+  std::mutex mutex_;
   std::map<std::string, double> seconds_;
 };
 
@@ -164,8 +172,8 @@ struct Run {
 };
 
 // Full syncs into one worker process: a warm-up round, then `reps` timed rounds, each after a
-// call of `between` (the limit measured next to it). Reports where the rounds' time went, each
-// line named by `backend` and `what` (", packed").
+// call of `between` (the limit measured next to it). For ipc, reports where the rounds' time went,
+// each line named by `backend` and `what` (", packed").
 std::vector<double> sync_seconds(
     const Run& run, const std::string& backend, const std::string& what, int worker_gpu, int reps,
     const std::function<void()>& between,
@@ -200,6 +208,7 @@ std::vector<double> sync_seconds(
   }
   // Where a round's time goes, as the trainer sees it: the median ms of each part.
   for (const auto& [name, ms] : calls) {
+    if (backend != "ipc") break;  // its calls overlap its own work: no split to report
     const auto part = bench::spread_of(ms);
     bench::report("gpu_sync",
                   "model " + run.size + ": " + backend + what + " round, " +

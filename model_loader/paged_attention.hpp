@@ -1,16 +1,17 @@
 // Attention of one forward step over a paged KV cache (KvBlockPool): every sequence of the step
-// in a fixed number of calls per layer, with no padding to the longest.
+// in a few batched calls per layer, whatever the number of sequences, with no padding to the
+// longest.
 //
-// The step's new tokens are cut into query tiles: a decode is a tile of one row, a prefill of up
-// to `longest_tiled_prefill` tokens is tiles of block_size consecutive rows. Each (tile, block)
-// pair, for the blocks a tile's rows can see, is one entry of a batched matmul over that block's
-// keys, and a softmax segmented by tile joins a tile's pairs, so the work follows the positions
-// each sequence holds (a tile skips the blocks past its last row). Decodes are one call and short
-// prefills one more, each split only where its pairs would pass a memory budget. A longer prefill
-// attends over its own keys, gathered from its blocks, in chunks of queries (causal_attention):
-// there a few large matmuls dwarf the loop over such prefills, where tiles would copy each query
-// tile and key block once per pair. The indices are made once per step (PagedAttentionPlan) and
-// serve every layer.
+// The step's new tokens are cut into query tiles: a decode is a tile of one row, the prefill of
+// a sequence of up to `longest_tiled_prefill` positions is tiles of block_size consecutive rows.
+// Each (tile, block) pair, for the blocks a tile's rows can see, is one entry of a batched matmul
+// over that block's keys, and a softmax segmented by tile joins a tile's pairs, so the work follows
+// the positions each sequence holds (a tile skips the blocks past its last row). Decodes are one
+// call and short prefills one more, each split only where its pairs would pass a memory budget. A
+// longer prefill attends over its own keys, gathered from its blocks, in chunks of queries
+// (causal_attention): there a few large matmuls dwarf the loop over such prefills, where tiles
+// would copy each query tile and key block once per pair. The indices are made once per step
+// (PagedAttentionPlan) and serve every layer.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,8 +42,10 @@ inline constexpr std::int64_t kPagedAttentionCallBudget = std::int64_t{256} << 2
 // Where the step's prefills split between tiles and calls of their own, and how large one
 // batched call may grow.
 struct PagedAttentionLimits {
-  // A 256-token prompt is 16 tiles and 136 pairs from an empty cache: its tiles copy each query
-  // tile once per block it sees, which past this grows with the square of the prompt.
+  // The most positions (its cache's and the step's new ones) a sequence may have for its
+  // prefill to be tiled. A 256-token prompt is 16 tiles and 136 pairs: tiles copy each query
+  // tile once per block it sees, which grows with the product of the new tokens and the cache,
+  // so a few new tokens after a long cache attend on their own too.
   std::int64_t longest_tiled_prefill = 256;
   // Bytes of one call's gathered queries, keys, values, scores and partial sums, for a layer of
   // these shapes; 0: no bound. A tile is never split between calls.

@@ -140,22 +140,25 @@ BOOST_AUTO_TEST_CASE(a_sliding_window_hides_the_same_keys_as_without_blocks) {
   check_against_contiguous_attention(5);
 }
 
-// Prefills longer than the limit attend on their own; the tiles of the others, and the
-// decodes, are split between calls where their pairs would pass the budget, never inside a tile.
+// Prefills of sequences longer than the limit attend on their own; the tiles of the others, and
+// the decodes, are split between calls where their pairs would pass the budget, never inside a
+// tile.
 BOOST_AUTO_TEST_CASE(long_prefills_attend_alone_and_a_budget_splits_calls_between_tiles) {
   PagedAttentionLimits limits;
-  limits.longest_tiled_prefill = 5;  // the prefills of 6 and 11 tokens attend on their own
+  // Sequences of 6, 8 and 8 positions are tiled (2 + 1 + 1 tiles); the 11 new tokens after 2
+  // cached ones, 13 positions, attend on their own.
+  limits.longest_tiled_prefill = 8;
   limits.heads = kHeads;
   limits.kv_heads = kKvHeads;
   limits.head_dim = kHeadDim;
   limits.bytes_per_call = 1;  // less than a pair: one tile a call, whatever its pairs
   for (auto window : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{3}}) {
     const Calls calls = check_against_contiguous_attention(window, limits);
-    BOOST_TEST(calls.own_prefills == 2u);
+    BOOST_TEST(calls.own_prefills == 1u);
     BOOST_TEST(calls.decodes == 4);
     BOOST_TEST(calls.decode_calls == 4u);
-    BOOST_TEST(calls.prefill_tiles == 2);
-    BOOST_TEST(calls.tiled_calls == 2u);
+    BOOST_TEST(calls.prefill_tiles == 4);
+    BOOST_TEST(calls.tiled_calls == 4u);
   }
   // Six decode pairs a call: the decodes at positions 9, 4, 14 and 0 hold 3, 2, 4 and 1 pairs
   // (blocks 0-2, 0-1, 0-3, 0), so {9, 4} and {14, 0}.
