@@ -41,27 +41,30 @@ std::int64_t lowest_key(std::int64_t position, std::optional<std::int64_t> slidi
   return sliding_window ? std::max<std::int64_t>(0, position - *sliding_window + 1) : 0;
 }
 
-// One call's tiles and pairs, collected on the host.
+// Tiles and their pairs, collected on the host into calls of at most `pairs_per_call` pairs;
+// each full call goes to `calls`, on the device.
 class TileBuilder {
  public:
   TileBuilder(std::int64_t rows_per_tile, std::int64_t block_size,
-              std::optional<std::int64_t> sliding_window, std::int64_t pairs_per_call)
+              std::optional<std::int64_t> sliding_window, std::int64_t pairs_per_call,
+              const c10::Device& device, std::vector<PagedAttentionPlan::Tiles>& calls)
       : rows_per_tile_(rows_per_tile),
         block_size_(block_size),
         window_(sliding_window),
-        pairs_per_call_(pairs_per_call) {}
+        pairs_per_call_(pairs_per_call),
+        device_(device),
+        calls_(calls) {}
 
   // Adds the tile of `n` rows from step row `first_row`, at positions `position` onwards, of
-  // the sequence holding `blocks`; first hands the call so far to `full` if the tile's pairs
-  // would take it past its budget.
-  template <class Full>
+  // the sequence holding `blocks`; first ends the call so far if the tile's pairs would take it
+  // past its budget.
   void add(const std::vector<std::int32_t>& blocks, std::int64_t first_row, std::int64_t position,
-           std::int64_t n, const Full& full) {
+           std::int64_t n) {
     const std::int64_t last = position + n - 1;
     const std::int64_t first_block = lowest_key(position, window_) / block_size_;
     const std::int64_t pairs = last / block_size_ - first_block + 1;
     if (count_ > 0 && static_cast<std::int64_t>(pair_tile_.size()) + pairs > pairs_per_call_) {
-      full(finish());
+      flush();
     }
     for (std::int64_t r = 0; r < rows_per_tile_; ++r) {
       rows_.push_back(first_row + std::min(r, n - 1));
@@ -89,44 +92,42 @@ class TileBuilder {
     ++count_;
   }
 
-  bool empty() const { return count_ == 0; }
-
-  // The call so far, on the host; the builder starts over.
-  PagedAttentionPlan::Tiles finish() {
+  // Ends the call so far, if it holds a tile.
+  void flush() {
+    if (count_ == 0) return;
     PagedAttentionPlan::Tiles t;
     t.count = count_;
     t.rows_per_tile = rows_per_tile_;
-    t.rows = longs_on(rows_, c10::kCPU);
-    t.pair_tile = longs_on(pair_tile_, c10::kCPU);
-    t.pair_block = longs_on(pair_block_, c10::kCPU);
-    t.pair_blocked = flags_on(blocked_, rows_per_tile_ * block_size_, c10::kCPU)
-                         .reshape({-1, rows_per_tile_, block_size_});
-    t.pair_unwritten = flags_on(unwritten_, block_size_, c10::kCPU);
+    t.rows = longs_on(rows_, device_);
+    t.pair_tile = longs_on(pair_tile_, device_);
+    t.pair_block = longs_on(pair_block_, device_);
+    t.pair_blocked = flags_on(blocked_, rows_per_tile_ * block_size_, device_)
+                         .view({-1, rows_per_tile_, block_size_});
+    t.pair_unwritten = flags_on(unwritten_, block_size_, device_);
     if (short_) {
-      t.kept_slots = longs_on(kept_slots_, c10::kCPU);
-      t.kept_rows = longs_on(kept_rows_, c10::kCPU);
+      t.kept_slots = longs_on(kept_slots_, device_);
+      t.kept_rows = longs_on(kept_rows_, device_);
     }
-    *this = TileBuilder(rows_per_tile_, block_size_, window_, pairs_per_call_);
-    return t;
+    calls_.push_back(std::move(t));
+    count_ = 0;
+    short_ = false;
+    for (auto* v : {&rows_, &pair_tile_, &pair_block_, &kept_slots_, &kept_rows_})
+      v->clear();
+    blocked_.clear();
+    unwritten_.clear();
   }
 
  private:
   std::int64_t rows_per_tile_, block_size_;
   std::optional<std::int64_t> window_;
   std::int64_t pairs_per_call_;
+  c10::Device device_;
+  std::vector<PagedAttentionPlan::Tiles>& calls_;
   std::int64_t count_ = 0;
   bool short_ = false;
   std::vector<std::int64_t> rows_, pair_tile_, pair_block_, kept_slots_, kept_rows_;
   std::vector<std::uint8_t> blocked_, unwritten_;
 };
-
-PagedAttentionPlan::Tiles to_device(PagedAttentionPlan::Tiles t, const c10::Device& device) {
-  for (at::Tensor* index : {&t.rows, &t.pair_tile, &t.pair_block, &t.pair_blocked,
-                            &t.pair_unwritten, &t.kept_slots, &t.kept_rows}) {
-    if (index->defined()) *index = index->to(device);
-  }
-  return t;
-}
 
 // The attention of one call's tiles, written into their rows of `out`.
 void attend_tiles(const at::Tensor& queries, const at::Tensor& key_pool,
@@ -214,23 +215,21 @@ PagedAttentionPlan PagedAttentionPlan::make(const std::vector<PagedSlice>& slice
                                             const PagedAttentionLimits& limits) {
   PagedAttentionPlan plan;
   std::vector<std::int64_t> slots;
-  std::vector<Tiles> decode_calls, prefill_calls;
-  auto to_decodes = [&](Tiles t) { decode_calls.push_back(std::move(t)); };
-  auto to_prefills = [&](Tiles t) { prefill_calls.push_back(std::move(t)); };
-  TileBuilder decodes(1, block_size, sliding_window, limits.pairs_per_call(1, block_size));
+  TileBuilder decodes(1, block_size, sliding_window, limits.pairs_per_call(1, block_size), device,
+                      plan.tiles);
   TileBuilder prefill_tiles(block_size, block_size, sliding_window,
-                            limits.pairs_per_call(block_size, block_size));
+                            limits.pairs_per_call(block_size, block_size), device, plan.tiles);
   std::int64_t row = 0;
   for (const auto& s : slices) {
     const auto& blocks = s.cache->blocks();
     for (std::int64_t p = s.start; p < s.start + s.num_tokens; ++p)
       slots.push_back(slot_of(blocks, p, block_size));
     if (s.num_tokens == 1) {
-      decodes.add(blocks, row, s.start, 1, to_decodes);
+      decodes.add(blocks, row, s.start, 1);
     } else if (s.start + s.num_tokens <= limits.longest_tiled_prefill) {
       for (std::int64_t first = 0; first < s.num_tokens; first += block_size) {
         prefill_tiles.add(blocks, row + first, s.start + first,
-                          std::min(block_size, s.num_tokens - first), to_prefills);
+                          std::min(block_size, s.num_tokens - first));
       }
     } else {
       std::vector<std::int64_t> key_slots;
@@ -241,13 +240,9 @@ PagedAttentionPlan PagedAttentionPlan::make(const std::vector<PagedSlice>& slice
     }
     row += s.num_tokens;
   }
-  if (!decodes.empty()) decode_calls.push_back(decodes.finish());
-  if (!prefill_tiles.empty()) prefill_calls.push_back(prefill_tiles.finish());
+  decodes.flush();
+  prefill_tiles.flush();
   plan.slots = longs_on(slots, device);
-  for (auto* calls : {&decode_calls, &prefill_calls}) {
-    for (auto& t : *calls)
-      plan.tiles.push_back(to_device(std::move(t), device));
-  }
   return plan;
 }
 

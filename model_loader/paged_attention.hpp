@@ -75,7 +75,7 @@ struct PagedAttentionPlan {
     // Where some tile is short: the tile slots that hold a real row, and those rows.
     at::Tensor kept_slots, kept_rows;
   };
-  // Decodes (rows_per_tile 1) first, then the tiled prefills (rows_per_tile block_size).
+  // The calls: of decodes (rows_per_tile 1) and of tiled prefills (rows_per_tile block_size).
   std::vector<Tiles> tiles;
 
   // Longer prefills: each one's first row, length and start, and the slots of its keys in
