@@ -4,8 +4,10 @@
 // tokens per second of each (the ratio is the batching gain), and the time to first token of a
 // stream under the 64-way load. The peer is Hugging Face transformers' batched generate() of the
 // same 64 prompt id lists on the same checkpoint and thread count (bench/hf_batched_peer.py via
-// HOTSWAP_PEER_PYTHON; without it the run says it skipped the peer). Repetitions interleave
-// concurrent, one at a time and the peer; figures are medians with their range.
+// HOTSWAP_PEER_PYTHON; without it the run says it skipped the peer). Beside them, the engine
+// alone: the same requests stepped together in the bench's own process (model_loader::step, no
+// HTTP), which tells the engine's share from the HTTP streams'. Repetitions interleave
+// concurrent, one at a time, the engine alone and the peer; figures are medians with their range.
 //
 // Usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] [--json]
 #include <httplib.h>
@@ -23,6 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "model_loader/generation.hpp"
+#include "model_loader/servable_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "worker/worker_ready.hpp"
@@ -37,6 +41,29 @@ namespace {
 json body(const std::vector<std::int64_t>& prompt, int tokens, int seed, bool stream) {
   return {{"prompt", prompt},   {"max_tokens", tokens}, {"ignore_eos", true},
           {"temperature", 1.0}, {"seed", seed},         {"stream", stream}};
+}
+
+// The engine alone: the same requests (same sampling, seeds and lengths) stepped together in
+// this process, as the worker's scheduler steps them, with no HTTP, JSON or client threads.
+// Tokens/s from the first step to the last.
+double engine_alone(const model_loader::ServableModel& model,
+                    const std::vector<std::vector<std::int64_t>>& prompts, int tokens) {
+  std::vector<model_loader::Sequence> sequences;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    model_loader::SamplingParams params;
+    params.temperature = 1.0;
+    params.seed = i;
+    params.max_tokens = tokens;
+    sequences.emplace_back(prompts[i], params);
+  }
+  std::vector<model_loader::Sequence*> batch;
+  for (auto& s : sequences)
+    batch.push_back(&s);
+  const auto start = Clock::now();
+  while (
+      std::any_of(sequences.begin(), sequences.end(), [](const auto& s) { return !s.finished(); }))
+    model_loader::step(model, batch);
+  return static_cast<double>(prompts.size()) * tokens / bench::since(start);
 }
 
 }  // namespace
@@ -86,7 +113,10 @@ int main(int argc, char** argv) {
   std::ofstream(prompt_file) << json(prompts).dump();
   if (bench::peer_python() == nullptr) bench::say_peer_skipped();
 
-  std::vector<double> concurrent, sequential, ttft_median, peer;
+  // The engine alone runs in this process, on the worker's checkpoint and thread count (the
+  // worker sits idle meanwhile).
+  const auto engine = model_loader::load_model(work);
+  std::vector<double> concurrent, sequential, ttft_median, peer, alone;
   for (int rep = 0; rep < reps; ++rep) {
     // 64 streams at once; each notes when its first token arrived.
     std::vector<double> first(static_cast<std::size_t>(requests), 0.0);
@@ -139,6 +169,7 @@ int main(int argc, char** argv) {
       }
     }
     sequential.push_back(requests * tokens / bench::since(start));
+    alone.push_back(engine_alone(*engine, prompts, tokens));
 
     if (auto out = bench::run_peer(HOTSWAP_BENCH_DIR, "hf_batched_peer.py",
                                    {work.string(), prompt_file.string(), std::to_string(tokens),
@@ -155,7 +186,13 @@ int main(int argc, char** argv) {
   if (!peer.empty()) {
     bench::report_against_limit("serving", "64 concurrent streams vs transformers generate()",
                                 concurrent, peer, "tok/s", "ratio_to_transformers", false, extra);
+    bench::report_against_limit("serving", "engine alone, 64 sequences vs transformers generate()",
+                                alone, peer, "tok/s", "ratio_to_transformers", false, extra);
+  } else {
+    bench::report_spread("serving", "engine alone, 64 sequences", alone, "tok/s", extra);
   }
+  bench::report_against_limit("serving", "64 concurrent streams vs the engine alone", concurrent,
+                              alone, "tok/s", "ratio_to_engine", false, extra);
   process.stop();
   fs::remove_all(work);
   return 0;

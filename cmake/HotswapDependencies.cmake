@@ -86,6 +86,12 @@ if(NOT Torch_FOUND OR Torch_VERSION VERSION_LESS 2.0)
     "scripts/install-deps.sh makes the environment it needs (scripts/make-torch-env.sh); "
     "or pass -DHOTSWAP_TORCH_PYTHON=<a python with torch 2> or -DTorch_DIR=<its share/cmake/Torch>.")
 endif()
+# libtorch's CPU build runs at::parallel_for over OpenMP, but that template is compiled into its
+# caller: a file built without -fopenmp gets the serial fallback and runs on one thread whatever
+# at::get_num_threads() says. The libraries that call it link OpenMP::OpenMP_CXX (GCC's libgomp,
+# the runtime torch's own libgomp.so.1 is one build of: the process loads one of them).
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+
 # The python whose torch is this libtorch: the `hotswap` package is built for it, and the
 # rendezvous and gloo interop tests' Python peers run in it (a c10d store speaks its own torch's
 # protocol). Empty when Torch_DIR was given and belongs to no python we were told of.

@@ -18,93 +18,9 @@
 namespace hotswap::model_loader {
 namespace {
 
-inline float widen(float v) {
-  return v;
-}
-inline float widen(c10::BFloat16 v) {
-  std::uint32_t bits = static_cast<std::uint32_t>(v.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// out[r][j] = Σ_k x[r][k] · w[j][k] for weight rows [begin, end): portable, vectorized by the
-// compiler for the build's baseline ISA.
-template <class W>
-void dot_rows_portable(const float* x, std::int64_t rows, const W* w, std::int64_t in, float* out,
-                       std::int64_t out_stride, std::int64_t begin, std::int64_t end) {
-  for (std::int64_t j = begin; j < end; ++j) {
-    const W* wj = w + j * in;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * in;
-      float acc[8] = {};
-      std::int64_t k = 0;
-      for (; k + 8 <= in; k += 8)
-        for (int u = 0; u < 8; ++u)
-          acc[u] += xr[k + u] * widen(wj[k + u]);
-      float sum = 0;
-      for (; k < in; ++k)
-        sum += xr[k] * widen(wj[k]);
-      for (float a : acc)
-        sum += a;
-      out[r * out_stride + j] = sum;
-    }
-  }
-}
-
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline __m256 load8(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-__attribute__((target("avx2,fma"))) inline __m256 load8(const c10::BFloat16* p) {
-  // bfloat16 is float32's upper half: widen by shifting into place.
-  __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
-}
-
-__attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-// As dot_rows_portable, with AVX2 and FMA: one weight row at a time, read once for every row
-// of x (whose float32 copies stay in cache), 16 columns per iteration. (Reading two or four
-// weight rows side by side measured slower here: 3.4–6 against 8.4–8.9 GB/s of bfloat16.)
-// How far ahead of the loads the weight row is prefetched: 1 KiB took the bfloat16 kernel from
-// 8.3 to 9.7 GB/s here; 256 B was too close, 4 KiB no better.
+// How far ahead of the loads a weight row is prefetched (see cpu_dot.cpp).
 constexpr std::int64_t kPrefetchBytes = 1024;
-template <class W>
-__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* x, std::int64_t rows,
-                                                       const W* w, std::int64_t in, float* out,
-                                                       std::int64_t out_stride, std::int64_t begin,
-                                                       std::int64_t end) {
-  const std::int64_t vector_end = in - in % 16;
-  for (std::int64_t j = begin; j < end; ++j) {
-    const W* wj = w + j * in;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * in;
-      __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
-      for (std::int64_t k = 0; k < vector_end; k += 16) {
-        if (r == 0) {
-          _mm_prefetch(reinterpret_cast<const char*>(wj + k) + kPrefetchBytes, _MM_HINT_T0);
-        }
-        a = _mm256_fmadd_ps(load8(wj + k), _mm256_loadu_ps(xr + k), a);
-        b = _mm256_fmadd_ps(load8(wj + k + 8), _mm256_loadu_ps(xr + k + 8), b);
-      }
-      float sum = horizontal_sum(_mm256_add_ps(a, b));
-      for (std::int64_t k = vector_end; k < in; ++k)
-        sum += xr[k] * widen(wj[k]);
-      out[r * out_stride + j] = sum;
-    }
-  }
-}
-
-bool has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 
 // bfloat16 rows of x against bfloat16 weights with AVX512-BF16's pair dot product (VDPBF16PS:
 // the exact products of two bfloat16 pairs summed into float32 lanes), 32 columns per step. Each
@@ -175,17 +91,6 @@ bool has_native_bfloat16() {
 #endif
 }
 
-template <class W>
-void dot_rows(DotKernel kernel, const float* x, std::int64_t rows, const W* w, std::int64_t in,
-              float* out, std::int64_t out_stride, std::int64_t begin, std::int64_t end) {
-#if defined(__x86_64__)
-  if (kernel == DotKernel::kBest && has_avx2_fma()) {
-    return dot_rows_avx2(x, rows, w, in, out, out_stride, begin, end);
-  }
-#endif
-  dot_rows_portable(x, rows, w, in, out, out_stride, begin, end);
-}
-
 bool small_batch_applies(const at::Tensor& x, const at::Tensor& weight) {
   return x.device().is_cpu() && weight.device().is_cpu() && x.dim() == 2 && weight.dim() == 2 &&
          x.size(0) <= kSmallBatchRows && x.size(1) == weight.size(1) && weight.is_contiguous() &&
@@ -224,9 +129,9 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, Dot
   // Each thread takes whole weight rows: at least 64 per task, so a task reads ≥ 64 KiB.
   at::parallel_for(0, out_features, 64, [&](std::int64_t begin, std::int64_t end) {
     if (weight.scalar_type() == at::kFloat) {
-      dot_rows(kernel, xp, rows, weight.data_ptr<float>(), in, op, out_features, begin, end);
+      dot_rows(kernel, xp, rows, weight.data_ptr<float>(), in, in, op, out_features, begin, end);
     } else {
-      dot_rows(kernel, xp, rows, weight.data_ptr<c10::BFloat16>(), in, op, out_features, begin,
+      dot_rows(kernel, xp, rows, weight.data_ptr<c10::BFloat16>(), in, in, op, out_features, begin,
                end);
     }
   });

@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "model_loader/cpu_dot.hpp"
+
 namespace hotswap::model_loader {
 
 inline constexpr std::int64_t kSmallBatchRows = 8;
@@ -42,13 +44,9 @@ inline constexpr std::int64_t kNativeBfloat16Rows = 2;
 at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
                         std::optional<at::ScalarType> out = std::nullopt);
 
-// Which dot-product kernel: the fastest this CPU runs (AVX512-BF16 pairs for bfloat16 x and
-// weights, AVX2 + FMA where it has them), or the portable one that runs everywhere (so that
-// tests drive it on any machine).
-enum class DotKernel { kBest, kPortable };
-
 // The small-batch kernel alone, for tests and benchmarks: x [rows, in], weight [out, in]
-// contiguous float32 or bfloat16 on the CPU; float32 [rows, out].
+// contiguous float32 or bfloat16 on the CPU; float32 [rows, out]. kBest: AVX512-BF16 pairs for
+// bfloat16 x and weights, else cpu_dot's fastest; kPortable: the portable loops.
 at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight,
                               DotKernel kernel = DotKernel::kBest);
 

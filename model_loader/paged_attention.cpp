@@ -1,5 +1,6 @@
 #include "model_loader/paged_attention.hpp"
 
+#include <ATen/Parallel.h>
 #include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
@@ -10,9 +11,13 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "model_loader/causal_attention.hpp"
+#include "model_loader/cpu_dot.hpp"
+#include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
 namespace {
@@ -189,6 +194,113 @@ void attend_tiles(const at::Tensor& queries, const at::Tensor& key_pool,
   }
 }
 
+// The walk of rows [begin, end) of `walk` (each with one KV head's group of query heads, item =
+// row * kv_heads + kv head): the scores of each position the row sees, their softmax, the values
+// summed under it. q: the step's queries in float32 [tokens, heads, hd]; keys and values: a
+// layer's pool [slots, kv_heads, hd].
+template <class KV, class Out>
+void walk_rows(const float* q, const KV* keys, const KV* values,
+               const PagedAttentionPlan::Walk& walk, std::int64_t heads, std::int64_t kv_heads,
+               std::int64_t hd, std::int64_t block_size, float scaling, Out* out,
+               std::int64_t begin, std::int64_t end) {
+  const std::int64_t group = heads / kv_heads, slot_stride = kv_heads * hd;
+  std::vector<float> scores, acc(static_cast<std::size_t>(group * hd));
+  for (std::int64_t item = begin; item < end; ++item) {
+    const auto r = static_cast<std::size_t>(item / kv_heads);
+    const std::int64_t kv = item % kv_heads, row = walk.row[r];
+    const std::int64_t lowest = walk.lowest[r], last = walk.position[r];
+    const std::int32_t* table = walk.tables.data() + walk.table[r];
+    const std::int64_t n = last - lowest + 1;
+    scores.resize(static_cast<std::size_t>(group * n));
+    // The group's query heads are consecutive: rows of x for dot_rows.
+    const float* qg = q + (row * heads + kv * group) * hd;
+    // scores[g * n + i]: query head g against the key at position lowest + i, block by block.
+    for (std::int64_t p = lowest; p <= last;) {
+      const std::int64_t in_block = p % block_size;
+      const std::int64_t count = std::min(block_size - in_block, last - p + 1);
+      const std::int64_t slot = std::int64_t{table[p / block_size]} * block_size + in_block;
+      dot_rows(DotKernel::kBest, qg, group, keys + slot * slot_stride + kv * hd, slot_stride, hd,
+               scores.data() + (p - lowest), n, 0, count);
+      p += count;
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (std::int64_t g = 0; g < group; ++g) {
+      float* s = scores.data() + g * n;
+      float most = -std::numeric_limits<float>::infinity();
+      for (std::int64_t i = 0; i < n; ++i) {
+        s[i] *= scaling;
+        most = std::max(most, s[i]);
+      }
+      float sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        s[i] = std::exp(s[i] - most);
+        sum += s[i];
+      }
+      for (std::int64_t i = 0; i < n; ++i)
+        s[i] /= sum;
+    }
+    for (std::int64_t p = lowest; p <= last; ++p) {
+      const std::int64_t slot = std::int64_t{table[p / block_size]} * block_size + p % block_size;
+      const KV* v = values + slot * slot_stride + kv * hd;
+      for (std::int64_t g = 0; g < group; ++g)
+        add_scaled(DotKernel::kBest, acc.data() + g * hd,
+                   scores[static_cast<std::size_t>(g * n + (p - lowest))], v, hd);
+    }
+    Out* o = out + (row * heads + kv * group) * hd;
+    for (std::int64_t k = 0; k < group * hd; ++k)
+      o[k] = static_cast<Out>(acc[static_cast<std::size_t>(k)]);
+  }
+}
+
+// The walked rows of the plan, written into their rows of `out` (contiguous, the queries' dtype).
+void attend_walked(const at::Tensor& queries, const at::Tensor& key_pool,
+                   const at::Tensor& value_pool, const PagedAttentionPlan::Walk& walk,
+                   std::int64_t block_size, double scaling, at::Tensor& out) {
+  const std::int64_t heads = queries.size(1), hd = queries.size(2);
+  const std::int64_t kv_heads = key_pool.size(1);
+  const at::Tensor q = queries.to(at::kFloat).contiguous();
+  const at::Tensor keys = key_pool.contiguous(), values = value_pool.contiguous();
+  const auto items = static_cast<std::int64_t>(walk.row.size()) * kv_heads;
+  // Each item is a row's keys times a head group; a few thousand multiply-adds are not worth
+  // waking another thread for.
+  std::int64_t work = 0;
+  for (std::size_t r = 0; r < walk.row.size(); ++r)
+    work += walk.position[r] - walk.lowest[r] + 1;
+  const std::int64_t grain =
+      work * heads * hd < (std::int64_t{1} << 16) ? std::max<std::int64_t>(items, 1) : 1;
+  auto run = [&](auto* kv_type, auto* out_type) {
+    using KV = std::remove_pointer_t<decltype(kv_type)>;
+    using Out = std::remove_pointer_t<decltype(out_type)>;
+    at::parallel_for(0, items, grain, [&](std::int64_t begin, std::int64_t end) {
+      walk_rows(q.data_ptr<float>(), keys.data_ptr<KV>(), values.data_ptr<KV>(), walk, heads,
+                kv_heads, hd, block_size, static_cast<float>(scaling), out.data_ptr<Out>(), begin,
+                end);
+    });
+  };
+  auto with_out = [&](auto* kv_type) {
+    switch (out.scalar_type()) {
+      case at::kFloat:
+        return run(kv_type, static_cast<float*>(nullptr));
+      case at::kBFloat16:
+        return run(kv_type, static_cast<c10::BFloat16*>(nullptr));
+      case at::kHalf:
+        return run(kv_type, static_cast<c10::Half*>(nullptr));
+      default:
+        throw protocol::RuntimeError(std::string("paged attention on the CPU has no kernel for ") +
+                                     c10::toString(out.scalar_type()) + " queries");
+    }
+  };
+  switch (keys.scalar_type()) {
+    case at::kFloat:
+      return with_out(static_cast<float*>(nullptr));
+    case at::kBFloat16:
+      return with_out(static_cast<c10::BFloat16*>(nullptr));
+    default:
+      throw protocol::RuntimeError(std::string("paged attention on the CPU has no kernel for a ") +
+                                   c10::toString(keys.scalar_type()) + " KV cache");
+  }
+}
+
 }  // namespace
 
 std::int64_t PagedAttentionLimits::pair_bytes(std::int64_t rows_per_tile,
@@ -219,12 +331,24 @@ PagedAttentionPlan PagedAttentionPlan::make(const std::vector<PagedSlice>& slice
                       plan.tiles);
   TileBuilder prefill_tiles(block_size, block_size, sliding_window,
                             limits.pairs_per_call(block_size, block_size), device, plan.tiles);
+  const bool walk = device.is_cpu() && limits.walk_rows_on_cpu;
   std::int64_t row = 0;
   for (const auto& s : slices) {
     const auto& blocks = s.cache->blocks();
     for (std::int64_t p = s.start; p < s.start + s.num_tokens; ++p)
       slots.push_back(slot_of(blocks, p, block_size));
-    if (s.num_tokens == 1) {
+    const bool tiled = s.num_tokens == 1 || s.start + s.num_tokens <= limits.longest_tiled_prefill;
+    if (tiled && walk) {
+      const auto table = static_cast<std::int64_t>(plan.walk.tables.size());
+      const std::int64_t used = (s.start + s.num_tokens + block_size - 1) / block_size;
+      plan.walk.tables.insert(plan.walk.tables.end(), blocks.begin(), blocks.begin() + used);
+      for (std::int64_t i = 0; i < s.num_tokens; ++i) {
+        plan.walk.row.push_back(row + i);
+        plan.walk.position.push_back(s.start + i);
+        plan.walk.lowest.push_back(lowest_key(s.start + i, sliding_window));
+        plan.walk.table.push_back(table);
+      }
+    } else if (s.num_tokens == 1) {
       decodes.add(blocks, row, s.start, 1);
     } else if (s.start + s.num_tokens <= limits.longest_tiled_prefill) {
       for (std::int64_t first = 0; first < s.num_tokens; first += block_size) {
@@ -258,7 +382,10 @@ at::Tensor paged_attention(const at::Tensor& queries, const at::Tensor& key_pool
                            std::optional<std::int64_t> sliding_window, c10::ScalarType compute) {
   const std::int64_t heads = queries.size(1), hd = queries.size(2);
   const std::int64_t kv_heads = key_pool.size(1), group = heads / kv_heads;
-  at::Tensor out = at::empty_like(queries);
+  at::Tensor out = at::empty(queries.sizes(), queries.options());
+  if (!plan.walk.row.empty()) {
+    attend_walked(queries, key_pool, value_pool, plan.walk, block_size, scaling, out);
+  }
   for (const auto& t : plan.tiles)
     attend_tiles(queries, key_pool, value_pool, t, block_size, scaling, compute, out);
 

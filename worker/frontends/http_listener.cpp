@@ -496,6 +496,11 @@ void HttpListener::Impl::accept() {
           beast::error_code ignored;
           socket.close(ignored);  // past what the descriptor limit leaves room for
         } else {
+          // A stream writes one small chunk per token: with Nagle's algorithm on, a chunk
+          // written while the one before is unacknowledged waits for the client's ACK, which
+          // Linux may delay by 40 ms, and then paces the stream whatever the engine does.
+          beast::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
           auto session = std::make_shared<Session>(std::move(socket), *this, open_);
           {
             std::lock_guard lock(sessions_mutex_);

@@ -1,0 +1,30 @@
+// The vector loops that the CPU's linear layers and paged attention share: dot products of
+// float32 rows against float32 or bfloat16 rows (bfloat16 widened to float32 on the fly, float32
+// sums), and a scaled row added into a float32 accumulator. Each has an AVX2 + FMA version,
+// picked at run time where the CPU has them, and a portable one that runs everywhere (so that
+// tests drive both on any machine).
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+namespace hotswap::model_loader {
+
+// Which kernel: the fastest this CPU runs, or the portable one.
+enum class DotKernel { kBest, kPortable };
+
+// out[r * out_stride + j] = Σ_k<in x[r * in + k] · w[j * w_stride + k], for r < rows and j in
+// [begin, end): each w row is read once for every row of x.
+void dot_rows(DotKernel kernel, const float* x, std::int64_t rows, const float* w,
+              std::int64_t w_stride, std::int64_t in, float* out, std::int64_t out_stride,
+              std::int64_t begin, std::int64_t end);
+void dot_rows(DotKernel kernel, const float* x, std::int64_t rows, const c10::BFloat16* w,
+              std::int64_t w_stride, std::int64_t in, float* out, std::int64_t out_stride,
+              std::int64_t begin, std::int64_t end);
+
+// acc[k] += a · v[k] for k < n.
+void add_scaled(DotKernel kernel, float* acc, float a, const float* v, std::int64_t n);
+void add_scaled(DotKernel kernel, float* acc, float a, const c10::BFloat16* v, std::int64_t n);
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,117 @@
+#include "worker/frontends/http_listener.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+using namespace hotswap::worker;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A plain client socket, as most HTTP clients leave theirs: Nagle on, delayed ACKs.
+class RawClient {
+ public:
+  explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    BOOST_REQUIRE(fd_ >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  }
+  ~RawClient() { ::close(fd_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  void send_all(const std::string& bytes) {
+    BOOST_REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+                  static_cast<ssize_t>(bytes.size()));
+  }
+  // Everything up to and including `end`, or what came within `limit`.
+  std::string read_until(const std::string& end, std::chrono::milliseconds limit) {
+    std::string got;
+    const auto deadline = Clock::now() + limit;
+    while (got.find(end) == std::string::npos && Clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) break;
+      char buffer[4096];
+      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+      if (n <= 0) break;
+      got.append(buffer, static_cast<std::size_t>(n));
+    }
+    return got;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(http_listener)
+
+// A stream writes one small chunk per token, a few milliseconds apart. With Nagle's algorithm on
+// the server's socket, a chunk written while the one before it is unacknowledged waits for the
+// client's ACK, which Linux may delay by 40 ms: a stream's pace is then set by the kernel rather
+// than by its producer (one 32-token completion took 2.4 s under curl). Whether a client's ACKs
+// come late depends on its TCP state, so the test reads the decision itself: the accepted socket
+// (found among this process's descriptors, the listener being in-process) has TCP_NODELAY set.
+BOOST_AUTO_TEST_CASE(streamed_chunks_leave_as_soon_as_they_are_written) {
+  constexpr int kChunks = 20;
+  HttpListener::Options options;
+  options.threads = 2;
+  HttpListener listener(
+      options,
+      [](HttpRequest&) {
+        HttpResponse response;
+        response.content_type = "text/event-stream";
+        response.stream = [](ChunkSink& sink) {
+          for (int i = 0; i < kChunks; ++i) {
+            if (!sink.write("data: {\"token\": " + std::to_string(i) + "}\n\n")) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the next token's step
+          }
+        };
+        return response;
+      },
+      [](const HttpRequest&) { return false; });
+  RawClient client(listener.port());
+  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string got = client.read_until("0\r\n\r\n", std::chrono::seconds(10));
+  BOOST_TEST(got.find("{\"token\": " + std::to_string(kChunks - 1) + "}") != std::string::npos);
+
+  // The connection is kept alive: its server side is still open.
+  int accepted = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_in local{};
+    socklen_t size = sizeof local;
+    int listening = 0;
+    socklen_t flag_size = sizeof listening;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != listener.port() ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_size) != 0 || listening) {
+      continue;
+    }
+    int no_delay = 0;
+    flag_size = sizeof no_delay;
+    BOOST_REQUIRE(::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &no_delay, &flag_size) == 0);
+    BOOST_TEST(no_delay != 0, "the accepted socket " << fd << " has Nagle's algorithm on");
+    ++accepted;
+  }
+  BOOST_TEST(accepted == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
