@@ -75,10 +75,7 @@ __attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
 // As dot_rows_portable, with AVX2 and FMA: one w row at a time, read once for every row of x
 // (whose float32 copies stay in cache), 16 columns per iteration. (Reading two or four weight
 // rows side by side measured slower for linear layers: 3.4–6 against 8.4–8.9 GB/s of bfloat16.)
-// How far ahead of the loads a long w row is prefetched: 1 KiB took the bfloat16 linear kernel
-// from 8.3 to 9.7 GB/s; 256 B was too close, 4 KiB no better. Rows of a few hundred bytes (an
-// attention head's keys) are not worth the hint.
-constexpr std::int64_t kPrefetchBytes = 1024;
+// Rows shorter than kPrefetchBytes (an attention head's keys) are not worth the hint.
 template <class W>
 __attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* x, std::int64_t rows,
                                                        const W* w, std::int64_t w_stride,

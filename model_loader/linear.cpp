@@ -6,7 +6,6 @@
 #include <ATen/ops/mv.h>
 
 #include <array>
-#include <cstring>
 #include <utility>
 
 #if defined(__x86_64__)
@@ -19,9 +18,6 @@ namespace hotswap::model_loader {
 namespace {
 
 #if defined(__x86_64__)
-// How far ahead of the loads a weight row is prefetched (see cpu_dot.cpp).
-constexpr std::int64_t kPrefetchBytes = 1024;
-
 // bfloat16 rows of x against bfloat16 weights with AVX512-BF16's pair dot product (VDPBF16PS:
 // the exact products of two bfloat16 pairs summed into float32 lanes), 32 columns per step. Each
 // weight row is loaded once for all R rows of x, each row of x with an accumulator of its own;

@@ -6,8 +6,11 @@
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/topk.h>
 
+#include <array>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -345,6 +348,44 @@ BOOST_AUTO_TEST_CASE(a_batch_of_rows_samples_as_each_row_alone) {
   // top_k 5: the token is one of the five likeliest.
   const auto five = std::get<1>(at::topk(logits[1], 5));
   BOOST_TEST((five == batch[1].token.token).any().item<bool>());
+}
+
+// The batched draw follows each row's distribution after its filters: 2,000 rows of the same
+// logits (probabilities 0.45, 0.27, 0.18, 0.10; top_k 3 drops the last, leaving 0.5, 0.3, 0.2),
+// each with a seed of its own, drawn in one call. A filtered token is never drawn, and the
+// frequencies sit within 4 standard deviations of the probabilities (the seeds are fixed, so
+// the counts are too).
+BOOST_AUTO_TEST_CASE(one_draw_per_row_follows_the_filtered_distribution) {
+  constexpr std::int64_t kRows = 2000;
+  const at::Tensor logits = at::tensor(std::vector<float>{0.45f, 0.27f, 0.18f, 0.10f})
+                                .log()
+                                .unsqueeze(0)
+                                .expand({kRows, 4});
+  SamplingParams params = sampled(0);
+  params.top_k = 3;
+  params.apply_vllm_rules();
+  std::vector<at::Generator> generators;
+  std::vector<const SamplingParams*> all_params;
+  std::vector<at::Generator*> all_generators;
+  for (std::int64_t r = 0; r < kRows; ++r)
+    generators.push_back(model_loader::make_cpu_generator(static_cast<std::uint64_t>(r)));
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    all_params.push_back(&params);
+    all_generators.push_back(&generators[static_cast<std::size_t>(r)]);
+  }
+  std::array<int, 4> counts{};
+  for (const auto& row : model_loader::sample_tokens(logits, all_params, all_generators)) {
+    BOOST_REQUIRE(!row.error);
+    BOOST_REQUIRE(row.token.token >= 0 && row.token.token < 4);
+    ++counts[static_cast<std::size_t>(row.token.token)];
+  }
+  BOOST_TEST(counts[3] == 0);
+  const std::array<double, 3> expected = {0.5, 0.3, 0.2};
+  for (std::size_t t = 0; t < expected.size(); ++t) {
+    const double p = expected[t], sigma = std::sqrt(p * (1 - p) / kRows);
+    BOOST_TEST(std::abs(counts[t] / double(kRows) - p) < 4 * sigma,
+               "token " << t << " drawn " << counts[t] << " times of " << kRows);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
