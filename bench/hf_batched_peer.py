@@ -3,7 +3,9 @@
 prompts (token id lists) on the same checkpoint and thread count, sampled, every sequence
 generating exactly TOKENS new tokens, timed from the first prefill to the last token.
 
-    $HOTSWAP_PEER_PYTHON bench/hf_batched_peer.py MODEL_DIR PROMPTS_JSON TOKENS THREADS
+    $HOTSWAP_PEER_PYTHON bench/hf_batched_peer.py MODEL_DIR PROMPTS_JSON TOKENS THREADS [DTYPE]
+
+DTYPE (float32, bfloat16): the dtype the model computes in; the checkpoint's when left out.
 
 Prints one JSON line: {"tokens_per_second": ..., "seconds": ..., "requests": ...}. Needs torch and
 transformers (a virtual environment outside the repository, named by HOTSWAP_PEER_PYTHON).
@@ -17,12 +19,13 @@ import torch
 import transformers
 
 
-def main(model_dir, prompts_file, tokens, threads):
+def main(model_dir, prompts_file, tokens, threads, dtype="auto"):
     torch.set_num_threads(int(threads))
     tokens = int(tokens)
     with open(prompts_file) as f:
         prompts = json.load(f)
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype if dtype == "auto" else getattr(torch, dtype)).eval()
     # Left padding, as batched generation of unequal prompts needs.
     width = max(len(p) for p in prompts)
     pad = 0
@@ -41,4 +44,4 @@ def main(model_dir, prompts_file, tokens, threads):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

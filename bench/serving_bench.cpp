@@ -9,7 +9,11 @@
 // HTTP), which tells the engine's share from the HTTP streams'. Repetitions interleave
 // concurrent, one at a time, the engine alone and the peer; figures are medians with their range.
 //
-// Usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] [--json]
+// Every figure is taken in float32 and in bfloat16 (the checkpoint's dtype, which the peer
+// computes in too), unless --dtype picks one.
+//
+// Usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] [--dtype float32|bfloat16]...
+//                              [--json]
 #include <httplib.h>
 
 #include <algorithm>
@@ -68,28 +72,14 @@ double engine_alone(const model_loader::ServableModel& model,
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  int reps = 5, requests = 64, tokens = 32;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--reps" && i + 1 < argc) {
-      reps = std::stoi(argv[++i]);
-    } else if (arg == "--requests" && i + 1 < argc) {
-      requests = std::stoi(argv[++i]);
-    } else if (arg == "--tokens" && i + 1 < argc) {
-      tokens = std::stoi(argv[++i]);
-    } else if (arg == "--json") {
-      bench::json_only() = true;
-    } else {
-      std::cerr << "hotswap_serving_bench: unknown argument '" << arg
-                << "' (usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] "
-                   "[--json])\n";
-      return 2;
-    }
-  }
-  const fs::path work =
-      fs::temp_directory_path() / ("hotswap-serving-bench-" + std::to_string(::getpid()));
-  model_loader::write_synthetic_checkpoint(work, bench::small_qwen2(), {});
+// One dtype's figures: its checkpoint, its worker, its repetitions. 0 when every stream came
+// back whole.
+int run(const std::string& dtype, int reps, int requests, int tokens) {
+  const fs::path work = fs::temp_directory_path() /
+                        ("hotswap-serving-bench-" + std::to_string(::getpid()) + "-" + dtype);
+  model_loader::ModelConfig config = bench::small_qwen2();
+  config.torch_dtype = dtype == "bfloat16" ? protocol::DType::kBFloat16 : protocol::DType::kFloat32;
+  model_loader::write_synthetic_checkpoint(work, config, {});
   fs::copy_file(fs::path(HOTSWAP_GOLDEN_DIR) / "tokenizer/qwen2/tokenizer.json",
                 work / "tokenizer.json");
   const int port = transport::pick_free_port();
@@ -98,7 +88,7 @@ int main(int argc, char** argv) {
                                    "--http-port", std::to_string(port), "--max-num-seqs", "64"});
   worker::wait_until_ready(process, std::chrono::seconds(60));
 
-  // The prompts as ids (every client and the peer see the same ones): 20-40 tokens of text.
+  // The prompts as ids (every client and the peer see the same ones): 30-41 tokens of text.
   httplib::Client http("127.0.0.1", port);
   http.set_read_timeout(std::chrono::seconds(600));
   std::vector<std::vector<std::int64_t>> prompts;
@@ -111,7 +101,6 @@ int main(int argc, char** argv) {
   }
   const fs::path prompt_file = work / "prompts.json";
   std::ofstream(prompt_file) << json(prompts).dump();
-  if (bench::peer_python() == nullptr) bench::say_peer_skipped();
 
   // The engine alone runs in this process, on the worker's checkpoint and thread count (the
   // worker sits idle meanwhile).
@@ -173,27 +162,65 @@ int main(int argc, char** argv) {
 
     if (auto out = bench::run_peer(HOTSWAP_BENCH_DIR, "hf_batched_peer.py",
                                    {work.string(), prompt_file.string(), std::to_string(tokens),
-                                    std::to_string(std::thread::hardware_concurrency())});
+                                    std::to_string(std::thread::hardware_concurrency()), dtype});
         out && out->contains("tokens_per_second")) {
       peer.push_back(out->at("tokens_per_second").get<double>());
     }
   }
-  const json extra = {{"requests", requests}, {"max_tokens", tokens}, {"model", "qwen2 4x256"}};
-  bench::report_against_limit("serving", "64 concurrent streams vs one at a time", concurrent,
-                              sequential, "tok/s", "ratio_to_sequential", false, extra);
-  bench::report_spread("serving", "time to first token under 64 streams, median", ttft_median, "ms",
-                       extra);
+  const json extra = {
+      {"requests", requests}, {"max_tokens", tokens}, {"model", "qwen2 4x256"}, {"dtype", dtype}};
+  // float32's names are those the bench always printed; bfloat16's say so.
+  auto named = [&](const std::string& what) {
+    return dtype == "float32" ? what : what + ", " + dtype;
+  };
+  bench::report_against_limit("serving", named("64 concurrent streams vs one at a time"),
+                              concurrent, sequential, "tok/s", "ratio_to_sequential", false, extra);
+  bench::report_spread("serving", named("time to first token under 64 streams, median"),
+                       ttft_median, "ms", extra);
   if (!peer.empty()) {
-    bench::report_against_limit("serving", "64 concurrent streams vs transformers generate()",
+    bench::report_against_limit("serving",
+                                named("64 concurrent streams vs transformers generate()"),
                                 concurrent, peer, "tok/s", "ratio_to_transformers", false, extra);
-    bench::report_against_limit("serving", "engine alone, 64 sequences vs transformers generate()",
+    bench::report_against_limit("serving",
+                                named("engine alone, 64 sequences vs transformers generate()"),
                                 alone, peer, "tok/s", "ratio_to_transformers", false, extra);
   } else {
-    bench::report_spread("serving", "engine alone, 64 sequences", alone, "tok/s", extra);
+    bench::report_spread("serving", named("engine alone, 64 sequences"), alone, "tok/s", extra);
   }
-  bench::report_against_limit("serving", "64 concurrent streams vs the engine alone", concurrent,
-                              alone, "tok/s", "ratio_to_engine", false, extra);
+  bench::report_against_limit("serving", named("64 concurrent streams vs the engine alone"),
+                              concurrent, alone, "tok/s", "ratio_to_engine", false, extra);
   process.stop();
   fs::remove_all(work);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  int reps = 5, requests = 64, tokens = 32;
+  std::vector<std::string> dtypes;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--reps" && i + 1 < argc) {
+      reps = std::stoi(argv[++i]);
+    } else if (arg == "--requests" && i + 1 < argc) {
+      requests = std::stoi(argv[++i]);
+    } else if (arg == "--tokens" && i + 1 < argc) {
+      tokens = std::stoi(argv[++i]);
+    } else if (arg == "--dtype" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "float32" || std::string(argv[i + 1]) == "bfloat16")) {
+      dtypes.emplace_back(argv[++i]);
+    } else if (arg == "--json") {
+      bench::json_only() = true;
+    } else {
+      std::cerr << "hotswap_serving_bench: unknown argument '" << arg
+                << "' (usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] "
+                   "[--dtype float32|bfloat16]... [--json])\n";
+      return 2;
+    }
+  }
+  if (dtypes.empty()) dtypes = {"float32", "bfloat16"};
+  if (bench::peer_python() == nullptr) bench::say_peer_skipped();
+  for (const auto& dtype : dtypes) {
+    if (int failed = run(dtype, reps, requests, tokens); failed != 0) return failed;
+  }
   return 0;
 }
