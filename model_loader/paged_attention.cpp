@@ -350,7 +350,7 @@ PagedAttentionPlan PagedAttentionPlan::make(const std::vector<PagedSlice>& slice
       }
     } else if (s.num_tokens == 1) {
       decodes.add(blocks, row, s.start, 1);
-    } else if (s.start + s.num_tokens <= limits.longest_tiled_prefill) {
+    } else if (tiled) {
       for (std::int64_t first = 0; first < s.num_tokens; first += block_size) {
         prefill_tiles.add(blocks, row + first, s.start + first,
                           std::min(block_size, s.num_tokens - first));
