@@ -1,8 +1,8 @@
 // The vector loops that the CPU's linear layers and paged attention share: dot products of
 // float32 rows against float32 or bfloat16 rows (bfloat16 widened to float32 on the fly, float32
-// sums), and a scaled row added into a float32 accumulator. Each has an AVX2 + FMA version,
-// picked at run time where the CPU has them, and a portable one that runs everywhere (so that
-// tests drive both on any machine).
+// sums), and weighted sums of rows added into a float32 accumulator. Each has an AVX2 + FMA
+// version, picked at run time where the CPU has them, and a portable one that runs everywhere (so
+// that tests drive both on any machine).
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -27,8 +27,11 @@ void dot_rows(DotKernel kernel, const float* x, std::int64_t rows, const c10::BF
               std::int64_t w_stride, std::int64_t in, float* out, std::int64_t out_stride,
               std::int64_t begin, std::int64_t end);
 
-// acc[k] += a · v[k] for k < n.
-void add_scaled(DotKernel kernel, float* acc, float a, const float* v, std::int64_t n);
-void add_scaled(DotKernel kernel, float* acc, float a, const c10::BFloat16* v, std::int64_t n);
+// acc[k] += Σ_i<count weights[i] · v[i * v_stride + k] for k < n: a weighted sum of rows (an
+// attention head's values, weighted by their probabilities) added into a float32 accumulator.
+void add_weighted_rows(DotKernel kernel, float* acc, const float* weights, std::int64_t count,
+                       const float* v, std::int64_t v_stride, std::int64_t n);
+void add_weighted_rows(DotKernel kernel, float* acc, const float* weights, std::int64_t count,
+                       const c10::BFloat16* v, std::int64_t v_stride, std::int64_t n);
 
 }  // namespace hotswap::model_loader

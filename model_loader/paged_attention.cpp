@@ -239,12 +239,16 @@ void walk_rows(const float* q, const KV* keys, const KV* values,
       for (std::int64_t i = 0; i < n; ++i)
         s[i] /= sum;
     }
-    for (std::int64_t p = lowest; p <= last; ++p) {
-      const std::int64_t slot = std::int64_t{table[p / block_size]} * block_size + p % block_size;
-      const KV* v = values + slot * slot_stride + kv * hd;
+    // The values, weighted by the probabilities, block by block as the keys were.
+    for (std::int64_t p = lowest; p <= last;) {
+      const std::int64_t in_block = p % block_size;
+      const std::int64_t count = std::min(block_size - in_block, last - p + 1);
+      const std::int64_t slot = std::int64_t{table[p / block_size]} * block_size + in_block;
       for (std::int64_t g = 0; g < group; ++g)
-        add_scaled(DotKernel::kBest, acc.data() + g * hd,
-                   scores[static_cast<std::size_t>(g * n + (p - lowest))], v, hd);
+        add_weighted_rows(DotKernel::kBest, acc.data() + g * hd,
+                          scores.data() + g * n + (p - lowest), count,
+                          values + slot * slot_stride + kv * hd, slot_stride, hd);
+      p += count;
     }
     Out* o = out + (row * heads + kv * group) * hd;
     for (std::int64_t k = 0; k < group * hd; ++k)

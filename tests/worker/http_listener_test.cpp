@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <string>
 
 using namespace hotswap::worker;
@@ -109,6 +110,70 @@ BOOST_AUTO_TEST_CASE(streamed_chunks_leave_as_soon_as_they_are_written) {
     ++accepted;
   }
   BOOST_TEST(accepted == 1);
+}
+
+// A streamed response is written by its handler thread straight to the socket: the chunked
+// framing must still be exact, and the connection must go back to reading requests after it.
+BOOST_AUTO_TEST_CASE(a_kept_alive_connection_serves_a_request_after_a_stream) {
+  HttpListener::Options options;
+  options.threads = 2;
+  HttpListener listener(
+      options,
+      [](HttpRequest& request) {
+        HttpResponse response;
+        if (request.target == "/plain") {
+          response.body = "{\"plain\": true}";
+          return response;
+        }
+        response.content_type = "text/event-stream";
+        response.stream = [](ChunkSink& sink) {
+          (void)(sink.write("data: one\n\n") && sink.write(std::string(70000, 'x')));
+        };
+        return response;
+      },
+      [](const HttpRequest&) { return false; });
+  RawClient client(listener.port());
+  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string streamed = client.read_until("\r\n0\r\n\r\n", std::chrono::seconds(10));
+  const std::string body = streamed.substr(streamed.find("\r\n\r\n") + 4);
+  BOOST_TEST(body == "b\r\ndata: one\n\n\r\n11170\r\n" + std::string(70000, 'x') + "\r\n0\r\n\r\n");
+  client.send_all("GET /plain HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  BOOST_TEST(client.read_until("{\"plain\": true}", std::chrono::seconds(10)).find("200 OK") !=
+             std::string::npos);
+}
+
+// A client that stops reading mid-stream: once the socket's buffers are full, a piece waits for
+// room no longer than the write deadline, the producer is told (write() is false) and stops, and
+// the listener then stops without waiting on it.
+BOOST_AUTO_TEST_CASE(a_stream_to_a_client_that_stopped_reading_ends_at_the_write_deadline) {
+  HttpListener::Options options;
+  options.threads = 2;
+  options.limits.write_timeout = std::chrono::milliseconds(300);
+  std::promise<Clock::duration> stopped;
+  auto stopped_after = stopped.get_future();
+  HttpListener listener(
+      options,
+      [&stopped](HttpRequest&) {
+        HttpResponse response;
+        response.content_type = "text/event-stream";
+        response.stream = [&stopped](ChunkSink& sink) {
+          const auto start = Clock::now();
+          Clock::time_point last_write = start;
+          for (int i = 0; i < 100'000; ++i) {  // 6.4 GB: far more than the socket buffers
+            last_write = Clock::now();
+            if (!sink.write(std::string(64 << 10, 'x'))) break;
+          }
+          stopped.set_value(Clock::now() - last_write);
+        };
+        return response;
+      },
+      [](const HttpRequest&) { return false; });
+  RawClient client(listener.port());
+  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  BOOST_REQUIRE(stopped_after.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  const auto blocked = stopped_after.get();
+  BOOST_TEST(blocked >= std::chrono::milliseconds(250));
+  BOOST_TEST(blocked < std::chrono::seconds(5));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

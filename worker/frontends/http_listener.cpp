@@ -6,11 +6,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
@@ -20,12 +18,18 @@
 #include <malloc.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <future>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -327,6 +331,40 @@ class Session : public std::enable_shared_from_this<Session> {
   // thread, each write waited for.
   void stream(HttpResponse response);
 
+  // On the handler thread of a streamed response, while no operation of the strand uses the
+  // socket (no read is pending until the stream ends): sends `bytes` itself, non-blocking,
+  // polling for room until the write deadline. A piece costs one system call here; through the
+  // strand it cost two thread hand-offs (post to an I/O thread, wake this one), which at 64
+  // streams on two cores was more than the engine's step. False when the connection failed or
+  // was closed, or the deadline passed (the connection is closed then).
+  bool send_now(std::string_view bytes) {
+    const auto deadline = std::chrono::steady_clock::now() + limits().write_timeout;
+    while (!bytes.empty()) {
+      {
+        // close() takes this lock, so the descriptor is never sent to after it closed (and
+        // perhaps was reused).
+        std::lock_guard lock(socket_mutex_);
+        if (closed_ || server_.stopping()) return false;
+        const ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent > 0) {
+          bytes.remove_prefix(static_cast<std::size_t>(sent));
+          continue;
+        }
+        if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        close_soon();
+        return false;
+      }
+      // Short slices, so that a close from the strand is seen soon.
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 100)));
+    }
+    return true;
+  }
+
   bool peer_gone() const {
     if (closed_ || server_.stopping()) return true;
     // The handler's socket is idle while it runs (no read is pending), so poll can ask it
@@ -378,6 +416,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void close() {
+    std::lock_guard lock(socket_mutex_);  // not while a streamed piece is being sent
     if (closed_.exchange(true)) return;
     stop_deadline();
     beast::error_code ignored;
@@ -398,6 +437,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool trim_after_ = false;
   std::atomic<bool> closed_{false};
+  std::mutex socket_mutex_;  // close() against send_now()
   std::array<char, 16384> scratch_{};
 };
 
@@ -406,11 +446,17 @@ class Session::StreamSink final : public ChunkSink {
   explicit StreamSink(Session& session) : session_(session) {}
   bool write(std::string piece) override {
     if (failed_ || piece.empty()) return !failed_;
-    auto data = std::make_shared<std::string>(std::move(piece));
-    failed_ = !session_.wait_for([this, data](std::function<void(beast::error_code)> done) {
-      net::async_write(session_.stream_, http::make_chunk(net::buffer(*data)),
-                       [data, done](beast::error_code e, std::size_t) { done(e); });
-    });
+    // One chunk of the chunked encoding: its size in hex, the bytes, CRLF.
+    char size[24];
+    const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    piece.insert(0, size, static_cast<std::size_t>(n));
+    piece.append("\r\n");
+    failed_ = !session_.send_now(piece);
+    return !failed_;
+  }
+  // The last chunk (no trailers).
+  bool finish() {
+    failed_ = failed_ || !session_.send_now("0\r\n\r\n");
     return !failed_;
   }
   bool peer_gone() const override { return failed_ || session_.peer_gone(); }
@@ -444,10 +490,7 @@ void Session::stream(HttpResponse response) {
       ok = false;  // the head is sent: all that can be said is that the stream ended early
     }
   }
-  ok = ok && !sink.failed() && wait_for([this](std::function<void(beast::error_code)> done) {
-         net::async_write(stream_, http::make_chunk_last(),
-                          [done](beast::error_code e, std::size_t) { done(e); });
-       });
+  ok = ok && sink.finish();
   net::post(stream_.get_executor(), [self = shared_from_this(), ok, keep] {
     self->after_response(ok ? beast::error_code{} : net::error::operation_aborted, keep);
   });
