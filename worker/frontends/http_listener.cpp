@@ -444,14 +444,19 @@ class Session : public std::enable_shared_from_this<Session> {
 class Session::StreamSink final : public ChunkSink {
  public:
   explicit StreamSink(Session& session) : session_(session) {}
-  bool write(std::string piece) override {
-    if (failed_ || piece.empty()) return !failed_;
-    // One chunk of the chunked encoding: its size in hex, the bytes, CRLF.
-    char size[24];
-    const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
-    piece.insert(0, size, static_cast<std::size_t>(n));
-    piece.append("\r\n");
-    failed_ = !session_.send_now(piece);
+  using ChunkSink::write;
+  bool write(const std::vector<std::string>& pieces) override {
+    if (failed_) return false;
+    // Each piece framed as a chunk of the chunked encoding (its size in hex, CRLF, the bytes,
+    // CRLF), all of them sent at once.
+    std::string framed;
+    for (const auto& piece : pieces) {
+      if (piece.empty()) continue;  // an empty chunk would end the body
+      char size[24];
+      const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+      framed.append(size, static_cast<std::size_t>(n)).append(piece).append("\r\n");
+    }
+    failed_ = !framed.empty() && !session_.send_now(framed);
     return !failed_;
   }
   // The last chunk (no trailers).

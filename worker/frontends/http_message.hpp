@@ -33,12 +33,16 @@ struct HttpRequest {
   std::optional<std::string> query_value(std::string_view key) const;
 };
 
-// Writes one piece of a streamed body. write() blocks until the piece is on its way (or the
-// connection's write deadline passed) and is false once the client is gone: the producer stops.
+// Writes the pieces of a streamed body, each as a chunk of its own. A write blocks until its
+// pieces are on their way (or the connection's write deadline passed) and is false once the
+// client is gone: the producer stops. Several pieces written together leave in one system call,
+// still one chunk each (a server-sent event per chunk, as clients that read chunk by chunk
+// expect).
 class ChunkSink {
  public:
   virtual ~ChunkSink() = default;
-  virtual bool write(std::string piece) = 0;
+  virtual bool write(const std::vector<std::string>& pieces) = 0;
+  bool write(std::string piece) { return write(std::vector<std::string>{std::move(piece)}); }
   virtual bool peer_gone() const = 0;
 };
 

@@ -94,16 +94,16 @@ void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
   res.content_type = "text/event-stream";
   res.headers.emplace_back("Cache-Control", "no-cache");
   res.stream = [run](ChunkSink& sink) {
-    std::string events;
+    std::vector<std::string> events;
     for (;;) {
       bool finished = false;
-      // Whatever the run produced since the last write goes out as one write: when this thread
+      // Whatever the run produced since the last write goes out in one write: when this thread
       // was slower than the engine's steps (64 streams on two cores), the events it missed
       // cost one system call, not one each.
       events.clear();
       for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished))
-        events.append("data: ").append(chunk).append("\n\n");
-      if (finished) events.append("data: [DONE]\n\n");
+        events.push_back("data: " + chunk + "\n\n");
+      if (finished) events.emplace_back("data: [DONE]\n\n");
       if (!sink.write(events)) return run->cancel();
       if (finished) return;
       if (sink.peer_gone()) return run->cancel();  // the client went away mid-stream
