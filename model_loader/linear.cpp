@@ -18,10 +18,35 @@ namespace hotswap::model_loader {
 namespace {
 
 #if defined(__x86_64__)
+// The lanes of up to eight accumulators summed at once, each into sums[r]: halves added, then
+// two rounds of pairwise adds that also transpose, then the two 128-bit halves. Rows past
+// `count` are zeros, so that every row is summed in the same order whatever the count (a row's
+// result does not depend on how many rows were multiplied with it).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void sum_lanes(const __m512* acc,
+                                                                             int count,
+                                                                             float* sums) {
+  __m256 half[8];
+  for (int r = 0; r < 8; ++r) {
+    // The halves through memory: GCC 12's 512-to-256-bit casts and extracts (and its
+    // _mm512_reduce_add_ps) trip its own -Wmaybe-uninitialized.
+    alignas(64) float lanes[16];
+    if (r < count) _mm512_store_ps(lanes, acc[r]);
+    half[r] = r < count ? _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))
+                        : _mm256_setzero_ps();
+  }
+  const __m256 a =
+      _mm256_hadd_ps(_mm256_hadd_ps(half[0], half[1]), _mm256_hadd_ps(half[2], half[3]));
+  const __m256 b =
+      _mm256_hadd_ps(_mm256_hadd_ps(half[4], half[5]), _mm256_hadd_ps(half[6], half[7]));
+  _mm256_store_ps(
+      sums, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+}
+
 // bfloat16 rows of x against bfloat16 weights with AVX512-BF16's pair dot product (VDPBF16PS:
 // the exact products of two bfloat16 pairs summed into float32 lanes), 32 columns per step. Each
 // weight row is loaded once for all R rows of x, each row of x with an accumulator of its own;
-// a width that is not a multiple of 32 ends with a masked load, zeros past the end.
+// a width that is not a multiple of 32 ends with a masked load, zeros past the end. (Taking two
+// weight rows at a time, each row of x loaded once for both, measured no faster.)
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void dot_rows_bfloat16_pairs(
     const c10::BFloat16* x, const c10::BFloat16* w, std::int64_t in, float* out,
@@ -46,15 +71,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void dot_rows_bfloat16_pa
             acc[r], wv, (__m512bh)_mm512_maskz_loadu_epi16(tail, x + r * in + vector_end));
       }
     }
-    // Summed through memory: GCC 12's _mm512_reduce_add_ps trips its own -Wmaybe-uninitialized.
-    alignas(64) float lanes[16];
-    for (int r = 0; r < R; ++r) {
-      _mm512_store_ps(lanes, acc[r]);
-      float sum = 0;
-      for (float lane : lanes)
-        sum += lane;
-      out[r * out_stride + j] = sum;
-    }
+    alignas(32) float sums[8];
+    sum_lanes(acc, R, sums);
+    for (int r = 0; r < R; ++r)
+      out[r * out_stride + j] = sums[r];
   }
 }
 
@@ -66,17 +86,52 @@ constexpr std::array<PairKernel, sizeof...(R)> pair_kernels(std::index_sequence<
   return {&dot_rows_bfloat16_pairs<static_cast<int>(R) + 1>...};
 }
 
-// rows: 1 .. kSmallBatchRows.
+// Any number of rows: weight rows [begin, end) in tiles of about 16 KiB, and for each tile every
+// block of up to kSmallBatchRows rows of x, so that a tile is read from memory once and from the
+// cache for the other blocks. Each output is summed exactly as with one row of x (an accumulator
+// of its own, the same lanes in the same order): a row's result does not depend on the batch.
 void dot_rows_bfloat16_pairs(const c10::BFloat16* x, std::int64_t rows, const c10::BFloat16* w,
                              std::int64_t in, float* out, std::int64_t out_stride,
                              std::int64_t begin, std::int64_t end) {
   static constexpr auto kernels = pair_kernels(std::make_index_sequence<kSmallBatchRows>{});
-  kernels[static_cast<std::size_t>(rows - 1)](x, w, in, out, out_stride, begin, end);
+  const std::int64_t tile =
+      std::max<std::int64_t>(1, (16 << 10) / std::max<std::int64_t>(in * 2, 1));
+  for (std::int64_t first = begin; first < end; first += tile) {
+    const std::int64_t last = std::min(end, first + tile);
+    for (std::int64_t r = 0; r < rows; r += kSmallBatchRows) {
+      const std::int64_t block = std::min(kSmallBatchRows, rows - r);
+      kernels[static_cast<std::size_t>(block - 1)](x + r * in, w, in, out + r * out_stride,
+                                                   out_stride, first, last);
+    }
+  }
 }
 #endif
 
-// Whether the CPU multiplies bfloat16 itself (AVX512-BF16: Zen 4, Cooper Lake, Sapphire Rapids
-// and later): libtorch's bfloat16 matmul (oneDNN) runs on it, and so does the pair kernel.
+bool small_batch_applies(const at::Tensor& x, const at::Tensor& weight) {
+  return x.device().is_cpu() && weight.device().is_cpu() && x.dim() == 2 && weight.dim() == 2 &&
+         x.size(0) <= kSmallBatchRows && x.size(1) == weight.size(1) && weight.is_contiguous() &&
+         (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16);
+}
+
+#if defined(__x86_64__)
+// x [rows, in] and weight [out, in], both bfloat16 and contiguous, on a CPU with AVX512-BF16:
+// float32 [rows, out] from the pair kernel, across the intra-op threads by weight rows.
+at::Tensor bfloat16_pairs_linear(const at::Tensor& x, const at::Tensor& weight) {
+  const std::int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
+  at::Tensor out = at::empty({rows, out_features}, x.options().dtype(at::kFloat));
+  const at::Tensor xb = x.contiguous();
+  const c10::BFloat16* xp = xb.data_ptr<c10::BFloat16>();
+  const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, out_features, 64, [&](std::int64_t begin, std::int64_t end) {
+    dot_rows_bfloat16_pairs(xp, rows, wp, in, op, out_features, begin, end);
+  });
+  return out;
+}
+#endif
+
+}  // namespace
+
 bool has_native_bfloat16() {
 #if defined(__x86_64__)
   static const bool yes = __builtin_cpu_supports("avx512bf16") &&
@@ -86,14 +141,6 @@ bool has_native_bfloat16() {
   return false;
 #endif
 }
-
-bool small_batch_applies(const at::Tensor& x, const at::Tensor& weight) {
-  return x.device().is_cpu() && weight.device().is_cpu() && x.dim() == 2 && weight.dim() == 2 &&
-         x.size(0) <= kSmallBatchRows && x.size(1) == weight.size(1) && weight.is_contiguous() &&
-         (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16);
-}
-
-}  // namespace
 
 at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, DotKernel kernel) {
   if (!small_batch_applies(x, weight)) {
@@ -109,14 +156,7 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, Dot
   // what it was), each product exact, the sums in float32 as below.
   if (kernel == DotKernel::kBest && x.scalar_type() == at::kBFloat16 &&
       weight.scalar_type() == at::kBFloat16 && has_native_bfloat16()) {
-    const at::Tensor xb = x.contiguous();
-    const c10::BFloat16* xp = xb.data_ptr<c10::BFloat16>();
-    const c10::BFloat16* wp = weight.data_ptr<c10::BFloat16>();
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, out_features, 64, [&](std::int64_t begin, std::int64_t end) {
-      dot_rows_bfloat16_pairs(xp, rows, wp, in, op, out_features, begin, end);
-    });
-    return out;
+    return bfloat16_pairs_linear(x, weight);
   }
 #endif
   const at::Tensor xf = x.to(at::kFloat).contiguous();
@@ -151,6 +191,17 @@ at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
   if (small_batch_applies(x, weight) && x.size(0) > 0 && small_enough) {
     return small_batch_linear(x, weight).to(result);
   }
+#if defined(__x86_64__)
+  // A float32 result (logits, a product before its bias) from bfloat16 rows, more than the
+  // small-batch kernel takes: the pair kernel over blocks of rows, rather than a float32 copy
+  // of the weight made per call (a Qwen2 LM head's 272 MB became 544 MB every decode step).
+  if (result == at::kFloat && x.device().is_cpu() && weight.device().is_cpu() && x.dim() == 2 &&
+      x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+      weight.is_contiguous() && x.size(1) == weight.size(1) && x.size(0) <= kPairKernelRows &&
+      has_native_bfloat16()) {
+    return bfloat16_pairs_linear(x, weight);
+  }
+#endif
   if (x.device().is_cpu() && x.scalar_type() == at::kBFloat16) {
     return at::matmul(x.to(at::kFloat), weight.to(at::kFloat).t()).to(result);
   }

@@ -4,6 +4,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
@@ -71,6 +72,30 @@ BOOST_AUTO_TEST_CASE(every_path_rounds_once_to_the_dtype_asked) {
     at::Tensor wf = w.to(at::kFloat), xf = x.to(at::kFloat);
     BOOST_TEST(max_relative_error(model_loader::apply_linear(xf, wf), want) < 1e-5);
   }
+}
+
+// A float32 result from more bfloat16 rows than the small-batch kernel takes (a 64-sequence
+// decode step's logits, a product before its bias): on every path close to float64, and where
+// the CPU has AVX512-BF16, each row exactly what it would be alone, whatever the batch (the
+// pair kernel sums every row the same way), up to the rows where sgemm takes over.
+BOOST_AUTO_TEST_CASE(many_bfloat16_rows_with_a_float32_result_match_each_row_alone) {
+  for (std::int64_t in : {48, 96, 200}) {
+    at::Tensor w = at::randn({131, in}).to(at::kBFloat16);
+    for (std::int64_t rows : std::vector<std::int64_t>{9, 17, 64, model_loader::kPairKernelRows,
+                                                       model_loader::kPairKernelRows + 1}) {
+      at::Tensor x = at::randn({rows, in}).to(at::kBFloat16);
+      at::Tensor y = model_loader::apply_linear(x, w, at::kFloat);
+      BOOST_TEST(y.scalar_type() == at::kFloat);
+      BOOST_TEST(max_relative_error(y, exact(x, w)) < 1e-5, "rows " << rows << " in " << in);
+      if (!model_loader::has_native_bfloat16() || rows > model_loader::kPairKernelRows) continue;
+      for (std::int64_t r : {std::int64_t{0}, rows / 2, rows - 1}) {
+        at::Tensor alone = model_loader::apply_linear(x.narrow(0, r, 1), w, at::kFloat);
+        BOOST_TEST(at::equal(alone[0], y[r]), "row " << r << " of " << rows << ", in " << in);
+      }
+    }
+  }
+  if (!model_loader::has_native_bfloat16())
+    BOOST_TEST_MESSAGE("skipped the batch-invariance checks: this CPU has no AVX512-BF16");
 }
 
 BOOST_AUTO_TEST_CASE(small_batch_kernel_refuses_what_it_does_not_take) {
