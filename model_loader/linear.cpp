@@ -148,9 +148,6 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, Dot
         "small_batch_linear takes up to " + std::to_string(kSmallBatchRows) +
         " rows of x [rows, in] and a contiguous float32 or bfloat16 weight [out, in] on the CPU");
   }
-  const std::int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
-  at::Tensor out = at::empty({rows, out_features}, x.options().dtype(at::kFloat));
-  if (rows == 0) return out;
 #if defined(__x86_64__)
   // bfloat16 on both sides where the CPU has the pair dot product: x stays bfloat16 (exactly
   // what it was), each product exact, the sums in float32 as below.
@@ -159,6 +156,9 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, Dot
     return bfloat16_pairs_linear(x, weight);
   }
 #endif
+  const std::int64_t rows = x.size(0), in = x.size(1), out_features = weight.size(0);
+  at::Tensor out = at::empty({rows, out_features}, x.options().dtype(at::kFloat));
+  if (rows == 0) return out;
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   const float* xp = xf.data_ptr<float>();
   float* op = out.data_ptr<float>();

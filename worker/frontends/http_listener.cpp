@@ -150,7 +150,9 @@ class HttpListener::Impl {
 namespace {
 
 // One connection: reads a request, has it handled on a pool thread, writes the answer, then
-// reads the next. All socket operations run on the connection's strand.
+// reads the next. All socket operations run on the connection's strand, except the pieces of a
+// streamed body, which its handler thread sends while the strand leaves the socket alone
+// (send_now).
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpListener::Impl& server,
