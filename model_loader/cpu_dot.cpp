@@ -9,6 +9,10 @@
 namespace hotswap::model_loader {
 namespace {
 
+// Rows of up to this many columns (attention heads' keys) take dot_short_rows_avx2; longer ones
+// (linear layers' weights) amortize a horizontal sum per output over the row.
+constexpr std::int64_t kShortRow = 128;
+
 inline float widen(float v) {
   return v;
 }
@@ -106,6 +110,41 @@ __attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* x, std::int6
   }
 }
 
+// As dot_rows_avx2 for short rows (an attention head's keys: 64 or 128 columns): eight w rows
+// at a time against each row of x, one accumulator each, summed together by sum8. One w row at
+// a time, a horizontal sum per output cost as much as the products of a 64-column row.
+template <class W>
+__attribute__((target("avx2,fma"))) void dot_short_rows_avx2(const float* x, std::int64_t rows,
+                                                             const W* w, std::int64_t w_stride,
+                                                             std::int64_t in, float* out,
+                                                             std::int64_t out_stride,
+                                                             std::int64_t begin, std::int64_t end) {
+  const std::int64_t vector_end = in - in % 8;
+  std::int64_t j = begin;
+  for (; j + 8 <= end; j += 8) {
+    const W* wj = w + j * w_stride;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * in;
+      __m256 acc[8];
+      for (auto& a : acc)
+        a = _mm256_setzero_ps();
+      for (std::int64_t k = 0; k < vector_end; k += 8) {
+        const __m256 xv = _mm256_loadu_ps(xr + k);
+        for (int t = 0; t < 8; ++t)
+          acc[t] = _mm256_fmadd_ps(load8(wj + t * w_stride + k), xv, acc[t]);
+      }
+      float sums[8];
+      sum8(acc, sums);
+      for (int t = 0; t < 8; ++t) {
+        for (std::int64_t k = vector_end; k < in; ++k)
+          sums[t] += xr[k] * widen(wj[t * w_stride + k]);
+        out[r * out_stride + j + t] = sums[t];
+      }
+    }
+  }
+  if (j < end) dot_rows_avx2(x, rows, w, w_stride, in, out, out_stride, j, end);
+}
+
 // 32 columns at a time held in four registers across all the rows, so that the accumulator is
 // loaded and stored once per 32 columns rather than once per row (an attention head's values:
 // 64 columns, tens of rows). Then 8 at a time, then one.
@@ -149,6 +188,8 @@ void dot_rows_any(DotKernel kernel, const float* x, std::int64_t rows, const W* 
                   std::int64_t begin, std::int64_t end) {
 #if defined(__x86_64__)
   if (kernel == DotKernel::kBest && has_avx2_fma()) {
+    if (in <= kShortRow)
+      return dot_short_rows_avx2(x, rows, w, w_stride, in, out, out_stride, begin, end);
     return dot_rows_avx2(x, rows, w, w_stride, in, out, out_stride, begin, end);
   }
 #endif

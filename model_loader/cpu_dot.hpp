@@ -7,6 +7,10 @@
 
 #include <c10/util/BFloat16.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <cstdint>
 
 namespace hotswap::model_loader {
@@ -33,5 +37,17 @@ void add_weighted_rows(DotKernel kernel, float* acc, const float* weights, std::
                        const float* v, std::int64_t v_stride, std::int64_t n);
 void add_weighted_rows(DotKernel kernel, float* acc, const float* weights, std::int64_t count,
                        const c10::BFloat16* v, std::int64_t v_stride, std::int64_t n);
+
+#if defined(__x86_64__)
+// Eight accumulators' lanes summed at once, sums[t] the sum of acc[t]'s eight: two rounds of
+// pairwise adds that also transpose, then the two 128-bit halves added. Each sum is taken in the
+// same order whichever of the eight are zeros.
+__attribute__((target("avx"))) inline void sum8(const __m256* acc, float* sums) {
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  _mm256_storeu_ps(
+      sums, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+}
+#endif
 
 }  // namespace hotswap::model_loader

@@ -19,9 +19,8 @@ namespace {
 
 #if defined(__x86_64__)
 // The lanes of up to eight accumulators summed at once, each into sums[r]: halves added, then
-// two rounds of pairwise adds that also transpose, then the two 128-bit halves. Rows past
-// `count` are zeros, so that every row is summed in the same order whatever the count (a row's
-// result does not depend on how many rows were multiplied with it).
+// sum8 (cpu_dot.hpp). Rows past `count` are zeros, so that every row is summed in the same order
+// whatever the count (a row's result does not depend on how many rows were multiplied with it).
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void sum_lanes(const __m512* acc,
                                                                              int count,
                                                                              float* sums) {
@@ -34,12 +33,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void sum_lanes(con
     half[r] = r < count ? _mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))
                         : _mm256_setzero_ps();
   }
-  const __m256 a =
-      _mm256_hadd_ps(_mm256_hadd_ps(half[0], half[1]), _mm256_hadd_ps(half[2], half[3]));
-  const __m256 b =
-      _mm256_hadd_ps(_mm256_hadd_ps(half[4], half[5]), _mm256_hadd_ps(half[6], half[7]));
-  _mm256_store_ps(
-      sums, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+  sum8(half, sums);
 }
 
 // bfloat16 rows of x against bfloat16 weights with AVX512-BF16's pair dot product (VDPBF16PS:

@@ -51,4 +51,49 @@ BOOST_AUTO_TEST_CASE(weighted_rows_add_into_the_accumulator) {
   }
 }
 
+// Dot products of x's rows against strided w rows, both kernels and both w dtypes, against a
+// float64 sum: short rows (an attention head's keys, taken eight w rows at a time) with and
+// without a tail, a long one, and w row counts that leave some of eight over.
+BOOST_AUTO_TEST_CASE(dot_rows_match_float64_for_short_and_long_rows) {
+  std::mt19937 random(9);
+  std::normal_distribution<float> normal;
+  for (std::int64_t in : {7, 37, 64, 128, 129, 300}) {
+    for (std::int64_t count : {1, 8, 13, 16}) {
+      const std::int64_t stride = in + 3, rows = 2;
+      std::vector<float> w(static_cast<std::size_t>(count * stride)),
+          x(static_cast<std::size_t>(rows * in));
+      std::vector<c10::BFloat16> bf16_w(w.size());
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        bf16_w[i] = c10::BFloat16(normal(random));
+        w[i] = static_cast<float>(bf16_w[i]);
+      }
+      for (auto& v : x)
+        v = normal(random);
+      for (DotKernel kernel : {DotKernel::kBest, DotKernel::kPortable}) {
+        // Outputs strided as the walk writes them: row r's scores a count apart, one left over.
+        const std::int64_t out_stride = count + 1;
+        std::vector<float> f32(static_cast<std::size_t>(rows * out_stride), -1.0f), bf16 = f32;
+        dot_rows(kernel, x.data(), rows, w.data(), stride, in, f32.data(), out_stride, 0, count);
+        dot_rows(kernel, x.data(), rows, bf16_w.data(), stride, in, bf16.data(), out_stride, 0,
+                 count);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          for (std::int64_t j = 0; j < count; ++j) {
+            double want = 0;
+            for (std::int64_t k = 0; k < in; ++k)
+              want += double{x[static_cast<std::size_t>(r * in + k)]} *
+                      w[static_cast<std::size_t>(j * stride + k)];
+            const auto at = static_cast<std::size_t>(r * out_stride + j);
+            BOOST_TEST_CONTEXT("in " << in << ", w rows " << count << ", row " << r << ", w row "
+                                     << j << ", portable " << (kernel == DotKernel::kPortable)) {
+              BOOST_TEST(std::abs(f32[at] - want) < 1e-4 * (1 + std::abs(want)));
+              BOOST_TEST(bf16[at] == f32[at]);
+            }
+          }
+          BOOST_TEST(f32[static_cast<std::size_t>(r * out_stride + count)] == -1.0f);  // untouched
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
