@@ -101,9 +101,12 @@ void dot_rows_bfloat16_pairs(const c10::BFloat16* x, std::int64_t rows, const c1
 }
 #endif
 
-bool small_batch_applies(const at::Tensor& x, const at::Tensor& weight) {
+// Whether x [rows, in] and weight [out, in] are shapes the CPU's row kernels take: both on the
+// CPU, up to `max_rows` rows, a contiguous float32 or bfloat16 weight.
+bool row_kernels_apply(const at::Tensor& x, const at::Tensor& weight,
+                       std::int64_t max_rows = kSmallBatchRows) {
   return x.device().is_cpu() && weight.device().is_cpu() && x.dim() == 2 && weight.dim() == 2 &&
-         x.size(0) <= kSmallBatchRows && x.size(1) == weight.size(1) && weight.is_contiguous() &&
+         x.size(0) <= max_rows && x.size(1) == weight.size(1) && weight.is_contiguous() &&
          (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16);
 }
 
@@ -137,7 +140,7 @@ bool has_native_bfloat16() {
 }
 
 at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& weight, DotKernel kernel) {
-  if (!small_batch_applies(x, weight)) {
+  if (!row_kernels_apply(x, weight)) {
     throw protocol::ValueError(
         "small_batch_linear takes up to " + std::to_string(kSmallBatchRows) +
         " rows of x [rows, in] and a contiguous float32 or bfloat16 weight [out, in] on the CPU");
@@ -182,16 +185,15 @@ at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight,
   }
   const bool small_enough =
       weight.scalar_type() != at::kFloat || x.dim() != 2 || x.size(0) <= kSmallBatchRowsFloat32;
-  if (small_batch_applies(x, weight) && x.size(0) > 0 && small_enough) {
+  if (row_kernels_apply(x, weight) && x.size(0) > 0 && small_enough) {
     return small_batch_linear(x, weight).to(result);
   }
 #if defined(__x86_64__)
   // A float32 result (logits, a product before its bias) from bfloat16 rows, more than the
   // small-batch kernel takes: the pair kernel over blocks of rows, rather than a float32 copy
   // of the weight made per call (a Qwen2 LM head's 272 MB became 544 MB every decode step).
-  if (result == at::kFloat && x.device().is_cpu() && weight.device().is_cpu() && x.dim() == 2 &&
-      x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
-      weight.is_contiguous() && x.size(1) == weight.size(1) && x.size(0) <= kPairKernelRows &&
+  if (result == at::kFloat && x.scalar_type() == at::kBFloat16 &&
+      weight.scalar_type() == at::kBFloat16 && row_kernels_apply(x, weight, kPairKernelRows) &&
       has_native_bfloat16()) {
     return bfloat16_pairs_linear(x, weight);
   }

@@ -214,15 +214,20 @@ void walk_rows(const float* q, const KV* keys, const KV* values,
     scores.resize(static_cast<std::size_t>(group * n));
     // The group's query heads are consecutive: rows of x for dot_rows.
     const float* qg = q + (row * heads + kv * group) * hd;
-    // scores[g * n + i]: query head g against the key at position lowest + i, block by block.
-    for (std::int64_t p = lowest; p <= last;) {
-      const std::int64_t in_block = p % block_size;
-      const std::int64_t count = std::min(block_size - in_block, last - p + 1);
-      const std::int64_t slot = std::int64_t{table[p / block_size]} * block_size + in_block;
+    // The positions lowest..last as runs within one block: fn(first position, its slot, count).
+    auto for_each_run = [&](auto fn) {
+      for (std::int64_t p = lowest; p <= last;) {
+        const std::int64_t in_block = p % block_size;
+        const std::int64_t count = std::min(block_size - in_block, last - p + 1);
+        fn(p, std::int64_t{table[p / block_size]} * block_size + in_block, count);
+        p += count;
+      }
+    };
+    // scores[g * n + i]: query head g against the key at position lowest + i.
+    for_each_run([&](std::int64_t p, std::int64_t slot, std::int64_t count) {
       dot_rows(DotKernel::kBest, qg, group, keys + slot * slot_stride + kv * hd, slot_stride, hd,
                scores.data() + (p - lowest), n, 0, count);
-      p += count;
-    }
+    });
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (std::int64_t g = 0; g < group; ++g) {
       float* s = scores.data() + g * n;
@@ -239,17 +244,13 @@ void walk_rows(const float* q, const KV* keys, const KV* values,
       for (std::int64_t i = 0; i < n; ++i)
         s[i] /= sum;
     }
-    // The values, weighted by the probabilities, block by block as the keys were.
-    for (std::int64_t p = lowest; p <= last;) {
-      const std::int64_t in_block = p % block_size;
-      const std::int64_t count = std::min(block_size - in_block, last - p + 1);
-      const std::int64_t slot = std::int64_t{table[p / block_size]} * block_size + in_block;
+    // The values, weighted by the probabilities.
+    for_each_run([&](std::int64_t p, std::int64_t slot, std::int64_t count) {
       for (std::int64_t g = 0; g < group; ++g)
         add_weighted_rows(DotKernel::kBest, acc.data() + g * hd,
                           scores.data() + g * n + (p - lowest), count,
                           values + slot * slot_stride + kv * hd, slot_stride, hd);
-      p += count;
-    }
+    });
     Out* o = out + (row * heads + kv * group) * hd;
     for (std::int64_t k = 0; k < group * hd; ++k)
       o[k] = static_cast<Out>(acc[static_cast<std::size_t>(k)]);

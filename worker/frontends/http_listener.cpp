@@ -467,7 +467,6 @@ class Session::StreamSink final : public ChunkSink {
     return !failed_;
   }
   bool peer_gone() const override { return failed_ || session_.peer_gone(); }
-  bool failed() const { return failed_; }
 
  private:
   Session& session_;
