@@ -2,17 +2,18 @@
 // device (int8 weights have their own, in int8_quantization.hpp).
 //
 // On the CPU (torch 2's, whose float32 matmuls are MKL's; no bfloat16 arithmetic on AVX2 CPUs),
-// measured on this 2-core AVX2 machine with 2 threads, Llama-sized weights (1024x2816 and the
-// like):
-//  - one row of a float32 model goes to at::mv (MKL's sgemv);
+// measured on 2-core machines with 2 threads, Llama-sized weights (1024x2816 and the like):
 //  - up to kSmallBatchRowsFloat32 rows of a float32 model, and up to kSmallBatchRows of a
 //    bfloat16 one, a dot-product kernel reads each weight row once, widening bfloat16 to float32
-//    on the fly (AVX2+FMA where the CPU has them): 4 float32 rows took 1.4-1.5 ms against
-//    MKL's 1.5-2.5 ms, and 4 bfloat16 rows 0.9-1.9 ms against 1.1-1.6 ms;
-//  - more float32 rows go to MKL's sgemm, which blocks for registers and wins from 8 rows on
-//    (1.1-2.2 ms against the kernel's 3.0-3.3 ms);
-//  - more rows of a bfloat16 model (a prefill) go through sgemm on a float32 copy of the
-//    weight, made per call: cheap next to a multiply over that many rows;
+//    on the fly (AVX2+FMA where the CPU has them), the weight's rows split between the threads.
+//    One row against a 896 × 4,864 weight took 120–170 µs against 540 in MKL's sgemv, which runs
+//    on one thread; 4 rows 0.5–0.9 ms against 0.5–0.85 in MKL's sgemm on slices (below);
+//  - up to kSplitColumnsRows rows (a decode step's batch) go to MKL's sgemm on a contiguous slice
+//    of the weight per thread (split_columns_linear in linear.cpp): 8 rows against that weight
+//    0.86–0.9 ms against the kernel's 1.25–1.3 and MKL's own split's 1.34, 64 rows 3.7–3.9 ms
+//    against 5.1–5.4 (MKL splits the rows, and each of its threads packs the whole weight);
+//  - more rows (a prefill) go to MKL's sgemm as they are, and, of a bfloat16 model, through a
+//    float32 copy of the weight made per call: cheap next to a multiply over that many rows;
 //  - the result is rounded to x's dtype once, after float32 accumulation: what transformers'
 //    bfloat16 matmuls compute.
 // On a CPU that multiplies bfloat16 itself (AVX512-BF16; a 2-core AMD EPYC here, 2026-12-04),
@@ -30,9 +31,9 @@
 // 1,152 × 896 qkv 1.1–1.4 ms against 2.0–2.4 (oneDNN's bfloat16 matmul, whose result is rounded
 // to bfloat16, 69 and 0.44 ms).
 // Elsewhere (a GPU, float16 storage, the meta device) it is at::matmul, as before.
-// Every kernel figure above was measured with the dot-product kernel on one thread (its
+// The bfloat16 figures above were measured with the dot-product kernel on one thread (its
 // at::parallel_for ran serially until the library was built with OpenMP, 2026-12-04) against
-// MKL on two: the row thresholds may now sit lower than the best, which is yet to be measured.
+// oneDNN on two: those thresholds may now sit lower than the best.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +53,9 @@ inline constexpr std::int64_t kNativeBfloat16Rows = 2;
 // kernel took 5.5 ms for 64 rows and 11.1 for 128, sgemm on a copy 19.4 for 257 and the pair
 // kernel 22–23 for 256.
 inline constexpr std::int64_t kPairKernelRows = 128;
+// Up to this many rows of a float32 product, MKL on a slice of the weight per thread beats its
+// own split (128 rows: 6.3 against 6.9–7.8 ms on a 896 × 4,864 weight; 2,048: the same).
+inline constexpr std::int64_t kSplitColumnsRows = 128;
 
 // x [rows, in] (any floating dtype), weight [out, in]: x Wᵀ [rows, out] in x's dtype, or in
 // `out` where given (float32 logits from bfloat16 activations, rounded once, not twice).

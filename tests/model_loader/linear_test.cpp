@@ -2,6 +2,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/equal.h>
@@ -52,8 +53,8 @@ BOOST_AUTO_TEST_CASE(small_batch_kernel_matches_float64_for_both_weight_dtypes) 
   }
 }
 
-// Whatever path a shape takes (sgemv, the kernel, a float32 copy of a bfloat16 weight, plain
-// matmul), the result is x's dtype (or the one asked for) and rounded once from float32.
+// Whatever path a shape takes (the kernel, MKL on slices, a float32 copy of a bfloat16 weight,
+// plain matmul), the result is x's dtype (or the one asked for) and rounded once from float32.
 BOOST_AUTO_TEST_CASE(every_path_rounds_once_to_the_dtype_asked) {
   for (std::int64_t rows : {1, 4, 8, 9, 40}) {
     at::Tensor w = at::randn({33, 48}).to(at::kBFloat16);
@@ -72,6 +73,39 @@ BOOST_AUTO_TEST_CASE(every_path_rounds_once_to_the_dtype_asked) {
     at::Tensor wf = w.to(at::kFloat), xf = x.to(at::kFloat);
     BOOST_TEST(max_relative_error(model_loader::apply_linear(xf, wf), want) < 1e-5);
   }
+}
+
+// A decode step's float32 rows go to MKL on a slice of the weight per thread: every column of
+// every slice written (widths that leave a part block of 16), a bfloat16 weight widened slice by
+// slice, and the same products on one thread and inside a parallel region (where it does not
+// split), up to the rows where MKL's own split takes over.
+BOOST_AUTO_TEST_CASE(float32_rows_split_between_threads_match_float64) {
+  const int threads = at::get_num_threads();
+  for (std::int64_t out : {17, 131, 1000}) {
+    for (std::int64_t rows : std::vector<std::int64_t>{5, 9, 64, model_loader::kSplitColumnsRows,
+                                                       model_loader::kSplitColumnsRows + 1}) {
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        at::Tensor w = at::randn({out, 72}).to(dtype);
+        at::Tensor x = at::randn({rows, 72});
+        const at::Tensor want = exact(x, w);
+        for (int use : {2, 1}) {
+          at::set_num_threads(use);
+          at::Tensor y = model_loader::apply_linear(x, w);
+          BOOST_TEST(y.scalar_type() == at::kFloat);
+          BOOST_TEST(y.sizes().vec() == (std::vector<std::int64_t>{rows, out}));
+          BOOST_TEST(max_relative_error(y, want) < 1e-5,
+                     "rows " << rows << " out " << out << " threads " << use);
+        }
+        at::set_num_threads(2);
+        at::Tensor nested;
+        at::parallel_for(0, 1, 1, [&](std::int64_t, std::int64_t) {
+          nested = model_loader::apply_linear(x, w);
+        });
+        BOOST_TEST(max_relative_error(nested, want) < 1e-5, "nested, rows " << rows);
+      }
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 // A float32 result from more bfloat16 rows than the small-batch kernel takes (a 64-sequence

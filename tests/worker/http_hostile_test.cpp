@@ -181,13 +181,15 @@ BOOST_FIXTURE_TEST_CASE(a_header_has_a_deadline_however_it_trickles, Fixture) {
   const auto begin = Clock::now();
   bool closed = false;
   // One byte every 200 ms would restart a per-read timeout forever.
-  while (!closed && Clock::now() - begin < 5s) {
+  while (!closed && Clock::now() - begin < 15s) {
     slow.send("X");
     closed = slow.read_until_closed(200ms);
   }
   BOOST_TEST(closed);
-  // The deadline (1 s), then at most a second of draining what the client still sends.
-  BOOST_TEST(std::chrono::duration<double>(Clock::now() - begin).count() < 4.0);
+  // The deadline (1 s), then at most a second of draining what the client still sends; the
+  // bound leaves room for a loaded two-core machine (the full suite in parallel once took 5.2 s
+  // here), and a per-read timeout would still never end.
+  BOOST_TEST(std::chrono::duration<double>(Clock::now() - begin).count() < 8.0);
   BOOST_TEST(slow.received().starts_with("HTTP/1.1 408"), slow.received());
 }
 
