@@ -2,12 +2,14 @@
 // serves the same 64 completion requests (POST /v1/completions, sampled, ignore_eos, 32 tokens
 // each) two ways: all at once as 64 concurrent streams, and one at a time. Figures: generated
 // tokens per second of each (the ratio is the batching gain), and the time to first token of a
-// stream under the 64-way load. The peer is Hugging Face transformers' batched generate() of the
-// same 64 prompt id lists on the same checkpoint and thread count (bench/hf_batched_peer.py via
-// HOTSWAP_PEER_PYTHON; without it the run says it skipped the peer). Beside them, the engine
-// alone: the same requests stepped together in the bench's own process (model_loader::step, no
-// HTTP), which tells the engine's share from the HTTP streams'. Repetitions interleave
-// concurrent, one at a time, the engine alone and the peer; figures are medians with their range.
+// stream under the 64-way load. The 64 streams are read by one client thread over epoll
+// (bench/stream_fanout.hpp), as vLLM's benchmark_serving reads its streams from one event loop. The
+// peer is Hugging Face transformers' batched generate() of the same 64 prompt id lists on the same
+// checkpoint and thread count (bench/hf_batched_peer.py via HOTSWAP_PEER_PYTHON; without it the run
+// says it skipped the peer). Beside them, the engine alone: the same requests stepped together in
+// the bench's own process (model_loader::step, no HTTP), which tells the engine's share from the
+// HTTP streams'. Repetitions interleave concurrent, one at a time, the engine alone and the peer;
+// figures are medians with their range.
 //
 // Every figure is taken in float32 and in bfloat16 (the checkpoint's dtype, which the peer
 // computes in too), unless --dtype picks one.
@@ -17,7 +19,6 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "bench/stream_fanout.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
@@ -107,41 +109,21 @@ int run(const std::string& dtype, int reps, int requests, int tokens) {
   const auto engine = model_loader::load_model(work);
   std::vector<double> concurrent, sequential, ttft_median, peer, alone;
   for (int rep = 0; rep < reps; ++rep) {
-    // 64 streams at once; each notes when its first token arrived.
-    std::vector<double> first(static_cast<std::size_t>(requests), 0.0);
-    std::atomic<int> failures{0};
+    // 64 streams at once, each on its own connection, read by one client thread (as vLLM's
+    // benchmark_serving reads its streams from one event loop); each notes its first token.
+    std::vector<std::string> bodies;
+    for (int i = 0; i < requests; ++i)
+      bodies.push_back(body(prompts[static_cast<std::size_t>(i)], tokens, i, true).dump());
     auto start = Clock::now();
-    std::vector<std::thread> clients;
-    for (int i = 0; i < requests; ++i) {
-      clients.emplace_back([&, i] {
-        httplib::Client c("127.0.0.1", port);
-        c.set_read_timeout(std::chrono::seconds(600));
-        httplib::Request req;
-        req.method = "POST";
-        req.path = "/v1/completions";
-        req.body = body(prompts[static_cast<std::size_t>(i)], tokens, i, true).dump();
-        req.set_header("Content-Type", "application/json");
-        auto sent = Clock::now();
-        bool seen = false;
-        req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
-                                   std::uint64_t) {
-          if (!seen && std::string_view(data, size).find("\"token") != std::string_view::npos) {
-            first[static_cast<std::size_t>(i)] = bench::since(sent);
-            seen = true;
-          }
-          return true;
-        };
-        httplib::Response res;
-        httplib::Error error = httplib::Error::Success;
-        if (!c.send(req, res, error) || res.status != 200) ++failures;
-      });
-    }
-    for (auto& t : clients)
-      t.join();
+    const auto streams = bench::stream_all(port, bodies, std::chrono::seconds(600));
     const double wall = bench::since(start);
-    if (failures > 0) {
-      std::cerr << "hotswap_serving_bench: " << failures << " streams failed\n";
-      return 1;
+    std::vector<double> first;
+    for (const auto& s : streams) {
+      if (!s.ok) {
+        std::cerr << "hotswap_serving_bench: a stream failed: " << s.error << "\n";
+        return 1;
+      }
+      first.push_back(s.first_token_s);
     }
     concurrent.push_back(requests * tokens / wall);
     std::sort(first.begin(), first.end());

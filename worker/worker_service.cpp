@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model_loader/intra_op_team.hpp"
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
@@ -66,6 +67,9 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   } else {
     model_ = shard = model_loader::load_model(options.model, model_options_for(options));
   }
+  // The load ran parallel copies on this thread: its team goes, so that only the scheduler's
+  // thread keeps one (intra_op_team.hpp).
+  model_loader::release_intra_op_team();
   const auto tokenizer_file = std::filesystem::path(options.model) / "tokenizer.json";
   if (!options.skip_tokenizer_init && std::filesystem::exists(tokenizer_file)) {
     try {

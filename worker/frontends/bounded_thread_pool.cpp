@@ -1,5 +1,7 @@
 #include "worker/frontends/bounded_thread_pool.hpp"
 
+#include "model_loader/intra_op_team.hpp"
+
 namespace hotswap::worker {
 
 BoundedThreadPool::BoundedThreadPool(std::size_t threads, std::size_t max_queued)
@@ -14,6 +16,9 @@ BoundedThreadPool::BoundedThreadPool(std::size_t threads, std::size_t max_queued
         queue_.pop_front();
         lock.unlock();
         task();
+        // A task that ran parallel work (an update's copies) leaves no team behind: only the
+        // scheduler's thread keeps one (model_loader/intra_op_team.hpp).
+        model_loader::release_intra_op_team();
         lock.lock();
       }
     });

@@ -8,6 +8,7 @@
 #include <set>
 #include "worker/log_line.hpp"
 
+#include "model_loader/intra_op_team.hpp"
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
@@ -342,6 +343,8 @@ void ControlServer::run(const EventFd& stop) {
           LogLine{} << "hotswap-worker: could not answer a request: " << e.what();
         }
       }
+      // Short calls answer on this thread: none keeps a team here (intra_op_team.hpp).
+      model_loader::release_intra_op_team();
     }
   }
   // Calls in progress finish and are answered; generate requests end as aborted; nothing new

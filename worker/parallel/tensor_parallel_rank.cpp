@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "model_loader/intra_op_team.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 #include "protocol/weight_transfer_config.hpp"
@@ -130,6 +131,9 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
 }
 
 json TensorParallelRank::weight_call(const std::string& method, const json& params) {
+  // An update's parallel copies run on this thread: its team goes with the call, so that only
+  // the thread that steps the shard keeps one (model_loader/intra_op_team.hpp).
+  const model_loader::IntraOpTeamRelease release_team;
   auto& c = *controller_;
   if (method == rank_methods::kInitWeightTransferEngine) {
     c.init_weight_transfer_engine(params.at("init_info"));
