@@ -2,6 +2,11 @@
 // /v1/completions in vLLM's shapes, whole and streamed as server-sent events, vLLM's errors and
 // status codes for bad input, the same operations over ZeroMQ, vLLM's serving metrics, and 64
 // streams served while a trainer pushes rounds into the worker.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/test/unit_test.hpp>
 
 #include <httplib.h>
@@ -298,6 +303,68 @@ BOOST_FIXTURE_TEST_CASE(a_stream_is_server_sent_events_ending_in_done, Fixture) 
   const json usage = json::parse(events[events.size() - 2]);
   BOOST_TEST(usage["choices"].empty());
   BOOST_TEST(usage["usage"]["completion_tokens"] == 12);
+}
+
+// A client that reads nothing for a while: the scheduler's thread, which sends each token's
+// event itself while the connection keeps up, finds the socket full, leaves the rest to the
+// request's handler thread, and every event still arrives once, whole and in order.
+BOOST_FIXTURE_TEST_CASE(a_stream_to_a_client_that_reads_late_arrives_whole_and_in_order, Fixture) {
+  const json request = {
+      {"prompt", "Hello"}, {"max_tokens", 400},        {"temperature", 1.0},
+      {"seed", 7},         {"ignore_eos", true},       {"n", 16},
+      {"logprobs", 20},    {"return_token_ids", true}, {"return_weight_versions", true}};
+  const json whole = completion(request);
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  const std::string body = streamed_request.dump();
+  // 16 choices of 400 tokens with 20 logprobs each: about 5 MB of events, more than the
+  // server's socket buffer grows to (4 MB at most here), so an offer finds it full while this
+  // client reads nothing (its small receive buffer set before connecting keeps the window small).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  BOOST_REQUIRE(fd >= 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  BOOST_REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) ==
+                static_cast<ssize_t>(head.size()));
+  std::this_thread::sleep_for(2500ms);
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (got.find("\r\n0\r\n\r\n") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    char buffer[4096];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    got.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  // The chunked body, unframed.
+  std::size_t at = got.find("\r\n\r\n");
+  BOOST_REQUIRE(at != std::string::npos);
+  at += 4;
+  std::string events;
+  for (;;) {
+    const auto line = got.find("\r\n", at);
+    BOOST_REQUIRE(line != std::string::npos);
+    const std::size_t size = std::stoul(got.substr(at, line - at), nullptr, 16);
+    if (size == 0) break;
+    events += got.substr(line + 2, size);
+    at = line + 2 + size + 2;
+  }
+  auto choices = add_up(sse_events(events));
+  for (int i = 0; i < 16; ++i) {
+    BOOST_TEST(choices[i].text == whole["choices"][i]["text"]);
+    BOOST_TEST(json(choices[i].token_ids) == whole["choices"][i]["token_ids"]);
+    BOOST_TEST(choices[i].finish_reason == "length");
+  }
 }
 
 BOOST_FIXTURE_TEST_CASE(bad_requests_get_vllms_errors_and_the_worker_goes_on, Fixture) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <string>
+#include <thread>
 
 using namespace hotswap::worker;
 using Clock = std::chrono::steady_clock;
@@ -140,6 +141,52 @@ BOOST_AUTO_TEST_CASE(a_kept_alive_connection_serves_a_request_after_a_stream) {
   client.send_all("GET /plain HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   BOOST_TEST(client.read_until("{\"plain\": true}", std::chrono::seconds(10)).find("200 OK") !=
              std::string::npos);
+}
+
+// Offers (the scheduler's thread writing a token's event without waiting) from a thread other
+// than the handler's: what the socket cannot take waits in the sink, backlogged() says so, and
+// the handler's next write sends it first, so every piece arrives whole and in order.
+BOOST_AUTO_TEST_CASE(offered_pieces_the_socket_cannot_take_yet_leave_first_and_in_order) {
+  HttpListener::Options options;
+  options.threads = 2;
+  std::promise<int> backlogged_after;
+  auto offered = backlogged_after.get_future();
+  auto piece = [](int i) { return std::to_string(i) + std::string(20000, 'a' + i % 26); };
+  HttpListener listener(
+      options,
+      [&](HttpRequest&) {
+        HttpResponse response;
+        response.content_type = "text/event-stream";
+        response.stream = [&](ChunkSink& sink) {
+          int count = 0;
+          std::thread([&] {
+            // The client reads nothing yet: the socket's buffers fill, then the sink's.
+            while (count < 10'000 && sink.offer({piece(count)}) && !sink.backlogged())
+              ++count;
+            ++count;  // the piece that stayed (partly) in the sink
+          }).join();
+          backlogged_after.set_value(count);
+          (void)sink.write("last");
+        };
+        return response;
+      },
+      [](const HttpRequest&) { return false; });
+  RawClient client(listener.port());
+  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  BOOST_REQUIRE(offered.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  const int count = offered.get();
+  BOOST_TEST(count < 10'000, "never backlogged");
+  std::string expected;
+  for (int i = 0; i < count; ++i) {
+    const std::string p = piece(i);
+    char size[24];
+    std::snprintf(size, sizeof size, "%zx\r\n", p.size());
+    expected += size + p + "\r\n";
+  }
+  expected += "4\r\nlast\r\n0\r\n\r\n";
+  const std::string streamed = client.read_until("\r\nlast\r\n0\r\n\r\n", std::chrono::seconds(20));
+  BOOST_TEST((streamed.substr(streamed.find("\r\n\r\n") + 4) == expected),
+             count << " pieces offered; the body differs from them in order");
 }
 
 // A client that stops reading mid-stream: once the socket's buffers are full, a piece waits for

@@ -333,27 +333,19 @@ class Session : public std::enable_shared_from_this<Session> {
   // thread, each write waited for.
   void stream(HttpResponse response);
 
-  // On the handler thread of a streamed response, while no operation of the strand uses the
-  // socket (no read is pending until the stream ends): sends `bytes` itself, non-blocking,
+  // On the thread that holds a streamed response's sink, while no operation of the strand uses
+  // the socket (no read is pending until the stream ends): sends `bytes` itself, non-blocking,
   // polling for room until the write deadline. A piece costs one system call here; through the
   // strand it cost two thread hand-offs (post to an I/O thread, wake this one), which at 64
   // streams on two cores was more than the engine's step. False when the connection failed or
   // was closed, or the deadline passed (the connection is closed then).
   bool send_now(std::string_view bytes) {
     const auto deadline = std::chrono::steady_clock::now() + limits().write_timeout;
-    while (!bytes.empty()) {
-      {
-        // close() takes this lock, so the descriptor is never sent to after it closed (and
-        // perhaps was reused).
-        std::lock_guard lock(socket_mutex_);
-        if (closed_ || server_.stopping()) return false;
-        const ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (sent > 0) {
-          bytes.remove_prefix(static_cast<std::size_t>(sent));
-          continue;
-        }
-        if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-      }
+    for (;;) {
+      const auto sent = send_some(bytes);
+      if (sent < 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(sent));
+      if (bytes.empty()) return true;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
@@ -364,7 +356,28 @@ class Session : public std::enable_shared_from_this<Session> {
       pollfd p{fd_, POLLOUT, 0};
       ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 100)));
     }
-    return true;
+  }
+
+  // What the socket takes of `bytes` now, without waiting (0 when it is full); -1 when the
+  // connection failed or was closed.
+  std::int64_t send_some(std::string_view bytes) {
+    // close() takes this lock, so the descriptor is never sent to after it closed (and perhaps
+    // was reused).
+    std::lock_guard lock(socket_mutex_);
+    if (closed_ || server_.stopping()) return -1;
+    std::int64_t total = 0;
+    while (!bytes.empty()) {
+      const ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent > 0) {
+        bytes.remove_prefix(static_cast<std::size_t>(sent));
+        total += sent;
+        continue;
+      }
+      if (sent < 0 && errno == EINTR) continue;
+      if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+      break;
+    }
+    return total;
   }
 
   bool peer_gone() const {
@@ -449,27 +462,38 @@ class Session::StreamSink final : public ChunkSink {
   using ChunkSink::write;
   bool write(const std::vector<std::string>& pieces) override {
     if (failed_) return false;
-    // Each piece framed as a chunk of the chunked encoding (its size in hex, CRLF, the bytes,
-    // CRLF), all of them sent at once.
-    std::string framed;
+    frame(pieces);
+    failed_ = !pending_.empty() && !session_.send_now(pending_);
+    pending_.clear();
+    return !failed_;
+  }
+  bool offer(const std::vector<std::string>& pieces) override {
+    if (failed_) return false;
+    frame(pieces);
+    const auto sent = session_.send_some(pending_);
+    failed_ = sent < 0;
+    if (!failed_) pending_.erase(0, static_cast<std::size_t>(sent));
+    return !failed_;
+  }
+  bool backlogged() const override { return !pending_.empty(); }
+  // What an offer left, then the last chunk (no trailers).
+  bool finish() { return write(std::vector<std::string>{}) && session_.send_now("0\r\n\r\n"); }
+  bool peer_gone() const override { return failed_ || session_.peer_gone(); }
+
+ private:
+  // Each piece framed as a chunk of the chunked encoding (its size in hex, CRLF, the bytes,
+  // CRLF), after whatever is still to be sent.
+  void frame(const std::vector<std::string>& pieces) {
     for (const auto& piece : pieces) {
       if (piece.empty()) continue;  // an empty chunk would end the body
       char size[24];
       const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
-      framed.append(size, static_cast<std::size_t>(n)).append(piece).append("\r\n");
+      pending_.append(size, static_cast<std::size_t>(n)).append(piece).append("\r\n");
     }
-    failed_ = !framed.empty() && !session_.send_now(framed);
-    return !failed_;
   }
-  // The last chunk (no trailers).
-  bool finish() {
-    failed_ = failed_ || !session_.send_now("0\r\n\r\n");
-    return !failed_;
-  }
-  bool peer_gone() const override { return failed_ || session_.peer_gone(); }
 
- private:
   Session& session_;
+  std::string pending_;  // framed bytes an offer could not send yet
   bool failed_ = false;
 };
 

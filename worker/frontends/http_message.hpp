@@ -37,12 +37,18 @@ struct HttpRequest {
 // pieces are on their way (or the connection's write deadline passed) and is false once the
 // client is gone: the producer stops. Several pieces written together leave in one system call,
 // still one chunk each (a server-sent event per chunk, as clients that read chunk by chunk
-// expect).
+// expect). One thread at a time uses a sink; it need not be the handler's (see offer).
 class ChunkSink {
  public:
   virtual ~ChunkSink() = default;
   virtual bool write(const std::vector<std::string>& pieces) = 0;
   bool write(std::string piece) { return write(std::vector<std::string>{std::move(piece)}); }
+  // Without waiting: sends what the socket takes of the framed pieces now and keeps the rest,
+  // which the next write sends first (backlogged() until then). False once the client is gone.
+  // For a producer that must not block (the scheduler's thread) and hands the sink back to the
+  // handler when a piece did not all leave.
+  virtual bool offer(const std::vector<std::string>& pieces) = 0;
+  virtual bool backlogged() const = 0;
   virtual bool peer_gone() const = 0;
 };
 

@@ -94,12 +94,25 @@ void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
   res.content_type = "text/event-stream";
   res.headers.emplace_back("Cache-Control", "no-cache");
   res.stream = [run](ChunkSink& sink) {
+    // Between two writes of this thread, the scheduler's thread sends each token's event
+    // itself, without waiting (CompletionRun::attach); the sink is detached before it goes.
+    run->attach([&sink](const std::string& chunk) {
+      try {
+        return sink.offer({"data: " + chunk + "\n\n"}) && !sink.backlogged();
+      } catch (const std::exception&) {
+        return false;  // this thread's write then says what went wrong
+      }
+    });
+    struct Detach {
+      CompletionRun& run;
+      ~Detach() { run.attach(nullptr); }
+    } detach{*run};
     std::vector<std::string> events;
     for (;;) {
       bool finished = false;
       // Whatever the run produced since the last write goes out in one write: when this thread
       // was slower than the engine's steps (64 streams on two cores), the events it missed
-      // cost one system call, not one each.
+      // cost one system call, not one each. A write first sends what an offer left.
       events.clear();
       for (const auto& chunk : run->take(std::chrono::milliseconds(100), finished))
         events.push_back("data: " + chunk + "\n\n");
@@ -107,6 +120,7 @@ void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
       if (!sink.write(events)) return run->cancel();
       if (finished) return;
       if (sink.peer_gone()) return run->cancel();  // the client went away mid-stream
+      run->hand_back();
     }
   };
 }

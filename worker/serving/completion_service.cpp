@@ -235,9 +235,17 @@ bool CompletionRun::on_token(
   ordered_json logprobs = logprobs_of(c, !c.first_sent, c.tokens.size() - 1, c.sent_chars);
   c.sent_chars += code_points(delta);
   // Only a choice's last chunk carries its spans, over the whole output (vLLM 0.34).
-  chunks_.push_back(chunk(c, std::move(delta), std::move(logprobs), {id}, nullptr, false)
-                        .dump(-1, ' ', false, json::error_handler_t::replace));
+  std::string text = chunk(c, std::move(delta), std::move(logprobs), {id}, nullptr, false)
+                         .dump(-1, ' ', false, json::error_handler_t::replace);
   c.first_sent = true;
+  if (offering_ && chunks_.empty()) {
+    if (offer_(text)) return !stop_hit;  // on its way: nobody to wake
+    // A slow client (the rest waits in the connection) or a gone one: take() takes over.
+    offering_ = false;
+    taker_owed_ = true;
+  } else {
+    chunks_.push_back(std::move(text));
+  }
   changed_.notify_all();
   return !stop_hit;
 }
@@ -326,12 +334,25 @@ std::string CompletionRun::token_text(std::int64_t id) const {
 
 std::vector<std::string> CompletionRun::take(std::chrono::milliseconds wait, bool& finished) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, wait, [&] { return !chunks_.empty() || open_ == 0; });
+  changed_.wait_for(lock, wait, [&] { return !chunks_.empty() || open_ == 0 || taker_owed_; });
   std::vector<std::string> out(std::make_move_iterator(chunks_.begin()),
                                std::make_move_iterator(chunks_.end()));
   chunks_.clear();
   finished = open_ == 0;
+  offering_ = false;  // the caller writes now
+  taker_owed_ = false;
   return out;
+}
+
+void CompletionRun::attach(std::function<bool(const std::string& chunk)> offer) {
+  std::lock_guard lock(mutex_);
+  offer_ = std::move(offer);
+  offering_ = false;
+}
+
+void CompletionRun::hand_back() {
+  std::lock_guard lock(mutex_);
+  offering_ = offer_ && chunks_.empty() && open_ != 0 && !taker_owed_;
 }
 
 ordered_json CompletionRun::wait(const std::function<bool()>& caller_gone) {
