@@ -2,6 +2,7 @@
 
 #include <zmq_addon.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +15,13 @@
 #include "protocol/jsonrpc.hpp"
 
 namespace hotswap::worker {
+
 namespace {
+
+// How long the socket thread polls without sleeping after giving a call to the pool: about the
+// time of a quick long-running call (start_weight_update, finish_weight_update: 0.1–0.2 ms of
+// work); a slower one is waited for as before.
+constexpr auto kAnswerSpin = std::chrono::microseconds(800);
 
 bool is_loopback(const std::string& endpoint) {
   return endpoint.starts_with("tcp://127.") || endpoint.starts_with("tcp://localhost:") ||
@@ -279,6 +286,7 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     complete(Reply{std::move(*envelope), run_call(request)});
   };
   const bool queued = pool_.try_submit(task);
+  dispatched_ = std::chrono::steady_clock::now();
   if (!queued) {
     protocol::OverloadedError overloaded(
         "the worker is overloaded: " + std::to_string(pool_.max_queued()) +
@@ -321,7 +329,14 @@ void ControlServer::run(const EventFd& stop) {
                                {nullptr, stop.fd(), ZMQ_POLLIN, 0},
                                {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 4, std::chrono::milliseconds(-1));
+      // Right after a call went to the pool, this thread polls without sleeping for a while: a
+      // quick call's answer then leaves without waiting for this thread to be woken (the
+      // four-call round on the VM 0.84–0.99 → 0.67–0.76 ms, three runs each).
+      auto polled = 0;
+      while (std::chrono::steady_clock::now() - dispatched_ < kAnswerSpin &&
+             (polled = zmq::poll(items, 4, std::chrono::milliseconds(0))) == 0) {
+      }
+      if (polled == 0) zmq::poll(items, 4, std::chrono::milliseconds(-1));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;  // a signal; its eventfd is read on the next round
       throw;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
@@ -77,7 +78,8 @@ class ControlServer {
   // on: a client that disconnects cancels them. Touched by the socket thread only.
   std::map<std::uint64_t, int> connection_of_ticket_;
 
-  BoundedThreadPool pool_;  // the long calls'
+  std::chrono::steady_clock::time_point dispatched_;  // the last call given to pool_
+  BoundedThreadPool pool_;                            // the long calls'
   zmq::socket_t zap_;
   std::thread zap_thread_;
   std::atomic<bool> zap_stop_{false};
