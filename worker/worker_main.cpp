@@ -22,8 +22,9 @@ int main(int argc, char** argv) {
   // 55 MB per 10^6-id detokenize, never handed back. Fixed, it is returned when the request ends.
   ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
   // A fixed mmap threshold also fixes the trim threshold at 128 KiB: every decode step's freed
-  // activations (a few hundred KiB each) were handed back and faulted in again at the next step,
-  // 20,000–40,000 page faults a second under 64 streams, a tenth of the stepping thread's time.
+  // activations (a few hundred KiB each) were handed back and faulted in again at the next step:
+  // about half of the 45,000–68,000 page faults a second under 64 streams, which took 7–9 % of
+  // the stepping thread's time.
   // Up to 32 MiB free at the top of an arena is kept; large requests still trim after them.
   ::mallopt(M_TRIM_THRESHOLD, 32 << 20);
   auto options = worker::WorkerOptions::parse(argc, argv);

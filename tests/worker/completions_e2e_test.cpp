@@ -309,17 +309,27 @@ BOOST_FIXTURE_TEST_CASE(a_stream_is_server_sent_events_ending_in_done, Fixture) 
 // event itself while the connection keeps up, finds the socket full, leaves the rest to the
 // request's handler thread, and every event still arrives once, whole and in order.
 BOOST_FIXTURE_TEST_CASE(a_stream_to_a_client_that_reads_late_arrives_whole_and_in_order, Fixture) {
-  const json request = {
-      {"prompt", "Hello"}, {"max_tokens", 400},        {"temperature", 1.0},
-      {"seed", 7},         {"ignore_eos", true},       {"n", 16},
-      {"logprobs", 20},    {"return_token_ids", true}, {"return_weight_versions", true}};
+  // 16 choices of 200 tokens with 20 logprobs a token, each echoing a 200-token prompt with its
+  // logprobs: about 8 MB of events, more than the server's socket buffer grows to (4 MB at most
+  // here), so while this client reads nothing (its small receive buffer, set before connecting,
+  // keeps the window small) an offer finds the socket full.
+  std::vector<std::int64_t> prompt;
+  for (int i = 0; i < 200; ++i)
+    prompt.push_back(3 + (i * 37) % 500);
+  const json request = {{"prompt", prompt},
+                        {"max_tokens", 200},
+                        {"temperature", 1.0},
+                        {"seed", 7},
+                        {"ignore_eos", true},
+                        {"n", 16},
+                        {"echo", true},
+                        {"logprobs", 20},
+                        {"return_token_ids", true},
+                        {"return_weight_versions", true}};
   const json whole = completion(request);
   json streamed_request = request;
   streamed_request["stream"] = true;
   const std::string body = streamed_request.dump();
-  // 16 choices of 400 tokens with 20 logprobs each: about 5 MB of events, more than the
-  // server's socket buffer grows to (4 MB at most here), so an offer finds it full while this
-  // client reads nothing (its small receive buffer set before connecting keeps the window small).
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   BOOST_REQUIRE(fd >= 0);
   const int small = 4096;
@@ -335,9 +345,9 @@ BOOST_FIXTURE_TEST_CASE(a_stream_to_a_client_that_reads_late_arrives_whole_and_i
       std::to_string(body.size()) + "\r\n\r\n" + body;
   BOOST_REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) ==
                 static_cast<ssize_t>(head.size()));
-  std::this_thread::sleep_for(2500ms);
+  std::this_thread::sleep_for(1500ms);
   std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (got.find("\r\n0\r\n\r\n") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     char buffer[4096];
