@@ -2,11 +2,6 @@
 // /v1/completions in vLLM's shapes, whole and streamed as server-sent events, vLLM's errors and
 // status codes for bad input, the same operations over ZeroMQ, vLLM's serving metrics, and 64
 // streams served while a trainer pushes rounds into the worker.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <boost/test/unit_test.hpp>
 
 #include <httplib.h>
@@ -25,6 +20,7 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/gloo_communicator.hpp"
+#include "worker/raw_connection.hpp"
 #include "worker/rpc_error.hpp"
 #include "worker/worker_process.hpp"
 
@@ -74,6 +70,12 @@ struct Fixture {
     return json::parse(res->body);
   }
 };
+
+// An HTTP/1.1 POST of a JSON body, as bytes for a RawConnection.
+std::string post_request(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
 
 // The `data:` payloads of a server-sent event stream; checks its framing on the way.
 std::vector<std::string> sse_events(const std::string& body) {
@@ -330,32 +332,10 @@ BOOST_FIXTURE_TEST_CASE(a_stream_to_a_client_that_reads_late_arrives_whole_and_i
   json streamed_request = request;
   streamed_request["stream"] = true;
   const std::string body = streamed_request.dump();
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  BOOST_REQUIRE(fd >= 0);
-  const int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  const std::string head =
-      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-      "application/json\r\nContent-Length: " +
-      std::to_string(body.size()) + "\r\n\r\n" + body;
-  BOOST_REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) ==
-                static_cast<ssize_t>(head.size()));
+  testing::RawConnection client(port, 4096);
+  BOOST_REQUIRE(client.send(post_request("/v1/completions", body)));
   std::this_thread::sleep_for(1500ms);
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (got.find("\r\n0\r\n\r\n") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    char buffer[4096];
-    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-    if (n <= 0) break;
-    got.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  const std::string got = client.read_until("\r\n0\r\n\r\n", 120s);
   // The chunked body, unframed.
   std::size_t at = got.find("\r\n\r\n");
   BOOST_REQUIRE(at != std::string::npos);
@@ -375,6 +355,35 @@ BOOST_FIXTURE_TEST_CASE(a_stream_to_a_client_that_reads_late_arrives_whole_and_i
     BOOST_TEST(json(choices[i].token_ids) == whole["choices"][i]["token_ids"]);
     BOOST_TEST(choices[i].finish_reason == "length");
   }
+}
+
+// A client that hangs up mid-stream: the next event the scheduler's thread offers (or the
+// handler's check for a gone client) fails, and every choice of the run ends as aborted instead
+// of generating on for nobody.
+BOOST_FIXTURE_TEST_CASE(a_client_that_hangs_up_mid_stream_aborts_its_run, Fixture) {
+  const json request = {{"prompt", {1, 2, 3}}, {"max_tokens", 480},  {"temperature", 1.0},
+                        {"seed", 3},           {"ignore_eos", true}, {"n", 16},
+                        {"stream", true}};
+  {
+    testing::RawConnection client(port);
+    BOOST_REQUIRE(client.send(post_request("/v1/completions", request.dump())));
+    BOOST_REQUIRE(client.read_until("data: ", 30s).find("data: ") != std::string::npos);
+  }  // closed after the first event, long before 16 × 480 tokens
+  httplib::Client http("127.0.0.1", port);
+  const std::string aborted =
+      "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"abort\"} 16";
+  const std::string idle = "vllm:num_requests_running{model_name=\"tiny\",engine=\"0\"} 0";
+  std::string metrics;
+  for (int i = 0; i < 100; ++i) {
+    auto res = http.Get("/metrics");
+    BOOST_REQUIRE(res);
+    metrics = res->body;
+    if (metrics.find(aborted) != std::string::npos && metrics.find(idle) != std::string::npos)
+      break;
+    std::this_thread::sleep_for(100ms);
+  }
+  BOOST_TEST(metrics.find(aborted) != std::string::npos, metrics);
+  BOOST_TEST(metrics.find(idle) != std::string::npos);
 }
 
 BOOST_FIXTURE_TEST_CASE(bad_requests_get_vllms_errors_and_the_worker_goes_on, Fixture) {

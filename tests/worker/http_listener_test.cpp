@@ -3,9 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 
@@ -15,52 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "worker/raw_connection.hpp"
+
 using namespace hotswap::worker;
+using hotswap::testing::RawConnection;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// A plain client socket: send, then read until a marker or a deadline.
-class RawClient {
- public:
-  explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    BOOST_REQUIRE(fd_ >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  }
-  ~RawClient() { ::close(fd_); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-
-  void send_all(const std::string& bytes) {
-    BOOST_REQUIRE(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-                  static_cast<ssize_t>(bytes.size()));
-  }
-  // Everything up to and including `end`, or what came within `limit`.
-  std::string read_until(const std::string& end, std::chrono::milliseconds limit) {
-    std::string got;
-    const auto deadline = Clock::now() + limit;
-    while (got.find(end) == std::string::npos && Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) break;
-      char buffer[4096];
-      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
-      if (n <= 0) break;
-      got.append(buffer, static_cast<std::size_t>(n));
-    }
-    return got;
-  }
-
- private:
-  int fd_;
-};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(http_listener)
 
@@ -86,8 +43,8 @@ BOOST_AUTO_TEST_CASE(streamed_chunks_leave_as_soon_as_they_are_written) {
         return response;
       },
       [](const HttpRequest&) { return false; });
-  RawClient client(listener.port());
-  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  RawConnection client(listener.port());
+  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   const std::string got = client.read_until("0\r\n\r\n", std::chrono::seconds(10));
   BOOST_TEST(got.find("{\"token\": " + std::to_string(kChunks - 1) + "}") != std::string::npos);
 
@@ -133,12 +90,12 @@ BOOST_AUTO_TEST_CASE(a_kept_alive_connection_serves_a_request_after_a_stream) {
         return response;
       },
       [](const HttpRequest&) { return false; });
-  RawClient client(listener.port());
-  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  RawConnection client(listener.port());
+  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   const std::string streamed = client.read_until("\r\n0\r\n\r\n", std::chrono::seconds(10));
   const std::string body = streamed.substr(streamed.find("\r\n\r\n") + 4);
   BOOST_TEST(body == "b\r\ndata: one\n\n\r\n11170\r\n" + std::string(70000, 'x') + "\r\n0\r\n\r\n");
-  client.send_all("GET /plain HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  BOOST_REQUIRE(client.send("GET /plain HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   BOOST_TEST(client.read_until("{\"plain\": true}", std::chrono::seconds(10)).find("200 OK") !=
              std::string::npos);
 }
@@ -171,8 +128,8 @@ BOOST_AUTO_TEST_CASE(offered_pieces_the_socket_cannot_take_yet_leave_first_and_i
         return response;
       },
       [](const HttpRequest&) { return false; });
-  RawClient client(listener.port());
-  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  RawConnection client(listener.port());
+  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   BOOST_REQUIRE(offered.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
   const int count = offered.get();
   BOOST_TEST(count < 10'000, "never backlogged");
@@ -214,8 +171,8 @@ BOOST_AUTO_TEST_CASE(a_stream_to_a_client_that_stopped_reading_ends_at_the_write
         return response;
       },
       [](const HttpRequest&) { return false; });
-  RawClient client(listener.port());
-  client.send_all("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  RawConnection client(listener.port());
+  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   BOOST_REQUIRE(stopped_after.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
   const auto blocked = stopped_after.get();
   BOOST_TEST(blocked >= std::chrono::milliseconds(250));
