@@ -166,13 +166,112 @@ std::optional<at::Tensor> LayerwiseReload::destination(const std::string& name,
   return slot_rows(shadow_of(slot->param), *slot);
 }
 
+namespace {
+constexpr std::int64_t kParamAlignment = 64;
+}  // namespace
+
+std::optional<at::Tensor> LayerwiseReload::contiguous_destination(
+    const std::vector<protocol::ParamMeta>& tensors, std::uint64_t scratch_limit) {
+  if (mode_ != UpdateMode::kStaged || tensors.empty() ||
+      std::any_of(shadow_.begin(), shadow_.end(), [](const auto& s) { return s.has_value(); })) {
+    return std::nullopt;
+  }
+  const auto& mapping = store_.mapping();
+  const auto& runtime = mapping.runtime_params();
+  const auto item = static_cast<std::int64_t>(c10::elementSize(store_.dtype()));
+  // Each tensor's slot and first byte on the wire; every one must have a destination(), once.
+  std::vector<std::size_t> slots;
+  std::vector<std::int64_t> starts;
+  std::vector<std::size_t> per_param(runtime.size(), 0);
+  std::vector<bool> seen(mapping.slots().size(), false);
+  std::int64_t wire = 0;
+  for (const auto& t : tensors) {
+    const CheckpointSlot* slot = mapping.is_skipped(t.name) ? nullptr : mapping.find(t.name);
+    if (slot == nullptr || transport::to_scalar_type(t.dtype) != store_.dtype() ||
+        t.shape != slot->shape || store_.quantized(slot->param) || !slot->shard.whole()) {
+      return std::nullopt;
+    }
+    const auto index = static_cast<std::size_t>(slot - mapping.slots().data());
+    if (seen[index]) return std::nullopt;
+    seen[index] = true;
+    ++per_param[slot->param];
+    slots.push_back(index);
+    starts.push_back(wire);
+    wire += static_cast<std::int64_t>(t.nbytes());
+  }
+  // A parameter is its own part of the slab when all of its tensors here follow one another in
+  // row order and fill it (q, k, v of a fused qkv_proj, in that order). The others (the same
+  // three in name order, say: k, o, q, v) get a shadow of their own, and each of their tensors
+  // is copied there from the slab once it has arrived (mark_received).
+  std::vector<std::size_t> in_place;  // the first tensor of each such parameter
+  std::vector<std::int64_t> in_place_bytes;
+  std::vector<bool> scattered(slots.size(), false);
+  std::uint64_t scratch_bytes = 0;
+  for (std::size_t i = 0, j = 0; i < slots.size(); i = j) {
+    const std::size_t p = mapping.slots()[slots[i]].param;
+    std::int64_t numel = 1;
+    for (auto d : runtime[p].shape)
+      numel *= d;
+    // slot_rows' rows: every dimension but the last for three or more, else the first.
+    const auto& shape = runtime[p].shape;
+    const std::int64_t rows =
+        shape.empty() ? 1 : (shape.size() > 2 ? numel / shape.back() : shape.front());
+    const std::int64_t row_bytes = rows == 0 ? 0 : numel / rows * item;
+    bool follows = true;
+    for (j = i; j < slots.size() && mapping.slots()[slots[j]].param == p; ++j) {
+      follows =
+          follows && starts[i] + mapping.slots()[slots[j]].row_offset * row_bytes == starts[j];
+    }
+    const std::int64_t end = j < slots.size() ? starts[j] : wire;
+    // On a cache line, as every tensor the store allocates is: the kernels' loads stay aligned.
+    if (follows && j - i == per_param[p] && end - starts[i] == numel * item &&
+        starts[i] % kParamAlignment == 0) {
+      in_place.push_back(i);
+      in_place_bytes.push_back(numel * item);
+    } else {
+      std::fill(scattered.begin() + static_cast<std::ptrdiff_t>(i),
+                scattered.begin() + static_cast<std::ptrdiff_t>(j), true);
+      scratch_bytes += static_cast<std::uint64_t>(end - starts[i]);
+    }
+  }
+  // Scratch is held beside those parameters' own shadows: past the caller's limit (the receive
+  // buffers the slab replaces) the slab would cost memory instead of saving it.
+  if (scratch_bytes > scratch_limit) return std::nullopt;
+
+  std::vector<std::size_t> params;
+  for (std::size_t i : in_place)
+    params.push_back(mapping.slots()[slots[i]].param);
+  slab_ = store_.take_spare_slab(wire, params);
+  for (std::size_t k = 0; k < in_place.size(); ++k) {
+    const std::size_t i = in_place[k];
+    const std::size_t p = mapping.slots()[slots[i]].param;
+    shadow_[p] = RuntimeTensor{
+        slab_.narrow(0, starts[i], in_place_bytes[k]).view(store_.dtype()).view(runtime[p].shape),
+        {}};
+  }
+  scratch_.assign(mapping.slots().size(), at::Tensor());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (!scattered[i]) continue;
+    scratch_[slots[i]] = slab_.narrow(0, starts[i], static_cast<std::int64_t>(tensors[i].nbytes()))
+                             .view(store_.dtype())
+                             .view(tensors[i].shape);
+  }
+  return slab_;
+}
+
 void LayerwiseReload::mark_received(const std::string& name) {
   const auto& mapping = store_.mapping();
   const CheckpointSlot* slot = mapping.find(name);
+  const auto index =
+      slot == nullptr ? scratch_.size() : static_cast<std::size_t>(slot - mapping.slots().data());
+  if (index < scratch_.size() && scratch_[index].defined()) {
+    write_slot(index, std::exchange(scratch_[index], {}));  // into its parameter's own shadow
+    return;
+  }
   if (slot == nullptr || mode_ != UpdateMode::kStaged || !shadow_[slot->param]) {
     throw protocol::RuntimeError("mark_received('" + name + "') without a destination for it");
   }
-  note_received(static_cast<std::size_t>(slot - mapping.slots().data()));
+  note_received(index);
 }
 
 void LayerwiseReload::note_received(std::size_t slot_index) {
@@ -277,6 +376,8 @@ void LayerwiseReload::abort() {
     s.reset();
   for (auto& s : staging_)
     s = at::Tensor();
+  scratch_.clear();
+  if (slab_.defined()) store_.keep_slab(std::exchange(slab_, {}));
 }
 
 }  // namespace hotswap::model_loader

@@ -25,6 +25,7 @@
 
 #include "model_loader/loadable_model.hpp"
 #include "model_loader/parameter_store.hpp"
+#include "protocol/param_meta.hpp"
 
 namespace hotswap::model_loader {
 
@@ -54,6 +55,16 @@ class LayerwiseReload {
   std::optional<at::Tensor> destination(const std::string& name, at::ScalarType dtype,
                                         at::IntArrayRef shape);
   void mark_received(const std::string& name);
+  // Staged sessions that have staged nothing yet: one byte tensor (a slab) where `tensors`,
+  // laid end to end in this order with no padding (a packed transfer's chunks), can be received
+  // in place. Where a runtime parameter's tensors follow one another in row order and fill it
+  // (q, k, v of a fused qkv_proj, in that order), its part of the slab is its shadow; other
+  // tensors land in the slab as scratch and mark_received copies each into its parameter's own
+  // shadow. nullopt unless every tensor has a destination(), once, and the scratch takes at most
+  // `scratch_limit` bytes. The caller marks each tensor received once its bytes are in; what is
+  // not marked is discarded as usual.
+  std::optional<at::Tensor> contiguous_destination(const std::vector<protocol::ParamMeta>& tensors,
+                                                   std::uint64_t scratch_limit);
 
   // Processes what is pending, checks every touched layer, and (staged) commits. With
   // `require_complete`, every checkpoint tensor of the model must have arrived. Throws a
@@ -89,6 +100,8 @@ class LayerwiseReload {
   std::size_t received_count_ = 0;
   std::vector<std::optional<RuntimeTensor>> shadow_;  // staged: per runtime parameter
   std::vector<at::Tensor> staging_;                   // int8 parameters awaiting their last slot
+  at::Tensor slab_;  // contiguous_destination's, handed back to the store when the session ends
+  std::vector<at::Tensor> scratch_;  // per slot: where in slab_ a scattered tensor lands
   bool wrote_live_ = false;
 };
 

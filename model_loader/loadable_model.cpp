@@ -30,6 +30,11 @@ std::optional<at::Tensor> LoadableModel::destination_for(const std::string&, c10
   return std::nullopt;
 }
 
+std::optional<at::Tensor> LoadableModel::contiguous_destination(
+    const std::vector<protocol::ParamMeta>&, std::uint64_t) {
+  return std::nullopt;
+}
+
 void LoadableModel::mark_received(const std::string& name) {
   throw protocol::RuntimeError("mark_received('" + name + "') without a destination_for it");
 }

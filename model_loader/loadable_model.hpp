@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/param_meta.hpp"
+
 namespace hotswap::model_loader {
 
 using NamedTensor = std::pair<std::string, at::Tensor>;
@@ -48,6 +50,15 @@ class LoadableModel {
   virtual std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
                                                     c10::IntArrayRef shape);
   virtual void mark_received(const std::string& name);
+  // Receiving packed chunks in place: one byte tensor where `tensors`, end to end in this order
+  // with no padding (the packed wire's layout), land as the model's staged copies, so each
+  // chunk is received straight into its part; the caller marks each tensor received once its
+  // bytes are in. Tensors the model must place elsewhere (a fused parameter whose parts arrive
+  // apart) land in it as scratch and are copied out on mark_received, up to `scratch_limit`
+  // bytes of them (the memory of the receive buffers this replaces). nullopt (the default)
+  // where it cannot: any tensor destination_for would refuse, or more scratch than that.
+  virtual std::optional<at::Tensor> contiguous_destination(
+      const std::vector<protocol::ParamMeta>& tensors, std::uint64_t scratch_limit);
 
   // Layerwise reload around a session (vLLM's initialize/finalize_layerwise_reload), with an
   // explicit abort that leaves the previous weights in place.

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include <utility>
@@ -111,6 +112,39 @@ void ParameterStore::set_spare(std::size_t param, at::Tensor tensor) {
   std::lock_guard lock(spares_mutex_);
   if (spares_.size() <= param) spares_.resize(tensors_.size());
   spares_[param] = std::move(tensor);
+}
+
+at::Tensor ParameterStore::take_spare_slab(std::int64_t bytes,
+                                           const std::vector<std::size_t>& params) {
+  // The order a commit takes them in (set_spare under the exclusive lock).
+  std::shared_lock live_lock(mutex_);
+  std::lock_guard lock(spares_mutex_);
+  if (spares_.size() < tensors_.size()) spares_.resize(tensors_.size());
+  for (std::size_t p : params)
+    spares_[p] = at::Tensor();
+  auto viewed = [this](const at::Tensor& slab) {
+    const auto* storage = slab.storage().unsafeGetStorageImpl();
+    auto views = [storage](const at::Tensor& t) {
+      return t.defined() && t.storage().unsafeGetStorageImpl() == storage;
+    };
+    return std::any_of(tensors_.begin(), tensors_.end(),
+                       [&](const RuntimeTensor& t) { return views(t.value); }) ||
+           std::any_of(spares_.begin(), spares_.end(), views);
+  };
+  // A slab nothing views any more is either this session's or garbage: memory stays at two.
+  at::Tensor chosen;
+  std::erase_if(slabs_, [&](at::Tensor& slab) {
+    if (viewed(slab)) return false;
+    if (!chosen.defined() && slab.numel() >= bytes) chosen = std::move(slab);
+    return true;
+  });
+  if (chosen.defined()) return chosen.narrow(0, 0, bytes);
+  return empty_on_huge_pages({bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
+}
+
+void ParameterStore::keep_slab(at::Tensor slab) {
+  std::lock_guard lock(spares_mutex_);
+  slabs_.push_back(std::move(slab));
 }
 
 bool ParameterStore::quantized(std::size_t param) const {

@@ -52,6 +52,14 @@ class ParameterStore {
   // tensor of `param` or a new uninitialized one of its shape.
   at::Tensor take_spare(std::size_t param);
   void set_spare(std::size_t param, at::Tensor tensor);
+  // Packed receives land in one slab of bytes whose views are the shadows of several
+  // parameters (LayerwiseReload::contiguous_destination). take_spare_slab drops the spares of
+  // `params` (their shadows come from the slab) and hands out a slab of at least `bytes` that no
+  // live or spare tensor is a view of any more, recycled where one is, new otherwise; keep_slab
+  // takes it back once the session ends, committed or not. In steady state two slabs
+  // alternate, as per-parameter spares do.
+  at::Tensor take_spare_slab(std::int64_t bytes, const std::vector<std::size_t>& params);
+  void keep_slab(at::Tensor slab);
   // Bytes held by the live runtime tensors.
   std::uint64_t nbytes() const;
 
@@ -62,6 +70,7 @@ class ParameterStore {
   bool quantize_int8_;
   std::vector<RuntimeTensor> tensors_;
   std::vector<at::Tensor> spares_;
+  std::vector<at::Tensor> slabs_;  // whole byte slabs whose views are live or spare tensors
   std::mutex spares_mutex_;
   mutable std::shared_mutex mutex_;
 };

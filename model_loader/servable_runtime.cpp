@@ -112,6 +112,13 @@ std::optional<at::Tensor> ServableRuntime::destination_for(const std::string& na
   return reload_->destination(name, dtype, shape);
 }
 
+std::optional<at::Tensor> ServableRuntime::contiguous_destination(
+    const std::vector<protocol::ParamMeta>& tensors, std::uint64_t scratch_limit) {
+  std::lock_guard lock(reload_mutex_);
+  if (!reload_) return std::nullopt;
+  return reload_->contiguous_destination(tensors, scratch_limit);
+}
+
 void ServableRuntime::mark_received(const std::string& name) {
   std::lock_guard lock(reload_mutex_);
   if (!reload_) throw protocol::RuntimeError("mark_received called outside a weight reload");

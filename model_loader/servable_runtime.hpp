@@ -49,6 +49,8 @@ class ServableRuntime : public ServableModel {
   std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
                                             c10::IntArrayRef shape) final;
   void mark_received(const std::string& name) final;
+  std::optional<at::Tensor> contiguous_destination(const std::vector<protocol::ParamMeta>& tensors,
+                                                   std::uint64_t scratch_limit) final;
 
   bool reload_active() const final;
   bool is_dirty() const final;

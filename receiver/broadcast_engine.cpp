@@ -113,6 +113,15 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
                                                    const protocol::PackingParams& packing) {
   auto plan = protocol::plan_nccl_chunks(
       params, static_cast<std::uint64_t>(packing.packed_buffer_size_bytes));
+  // Where the model's staged copies can lie as the wire lays the tensors out, the chunks land
+  // there: no receive buffers (vLLM's default is two of 1 GiB, on the GPU), and no copy out of
+  // them but for the tensors the model must place elsewhere.
+  const auto ring_bytes = static_cast<std::uint64_t>(packing.packed_num_buffers) *
+                          static_cast<std::uint64_t>(packing.packed_buffer_size_bytes);
+  if (auto destination = model().contiguous_destination(params, ring_bytes)) {
+    receive_packed_in_place(params, root, plan, *destination);
+    return;
+  }
   const auto ring = static_cast<std::size_t>(packing.packed_num_buffers);
   if (buffers_.size() != ring) buffers_.assign(ring, at::Tensor());
   // On the CPU, chunk k is unpacked (the model's copy into its rows) on a helper thread while
@@ -154,6 +163,23 @@ void BroadcastWeightTransferEngine::receive_packed(const std::vector<protocol::P
   }
   pipeline.finish();
   join_unpacking();
+}
+
+void BroadcastWeightTransferEngine::receive_packed_in_place(
+    const std::vector<protocol::ParamMeta>& params, int root, const protocol::ChunkPlan& plan,
+    const at::Tensor& destination) {
+  transport::ReceivePipeline pipeline(*communicator_, context().timeout);
+  std::int64_t start = 0;  // chunks hold consecutive tensors without padding: they follow on
+  for (const auto& chunk : plan) {
+    const auto bytes = static_cast<std::int64_t>(chunk.size_bytes);
+    pipeline.receive(destination.narrow(0, start, bytes), root, [this, &params, &chunk] {
+      for (const auto& slice : chunk.slices)
+        model().mark_received(params[slice.param_index].name);
+      add_bytes_received(chunk.size_bytes);
+    });
+    start += bytes;
+  }
+  pipeline.finish();
 }
 
 void BroadcastWeightTransferEngine::unpack(const std::vector<protocol::ParamMeta>& params,

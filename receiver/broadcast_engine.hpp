@@ -50,6 +50,9 @@ class BroadcastWeightTransferEngine
   void receive_unpacked(const std::vector<protocol::ParamMeta>& params, int root);
   void receive_packed(const std::vector<protocol::ParamMeta>& params, int root,
                       const protocol::PackingParams& packing);
+  // Each chunk straight into its part of the model's staged copies (contiguous_destination).
+  void receive_packed_in_place(const std::vector<protocol::ParamMeta>& params, int root,
+                               const protocol::ChunkPlan& plan, const at::Tensor& destination);
   // Hands one received chunk's tensors to the model (which copies them out of `received`).
   void unpack(const std::vector<protocol::ParamMeta>& params, const protocol::Chunk& chunk,
               const at::Tensor& received);

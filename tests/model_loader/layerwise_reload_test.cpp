@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "model_test_support.hpp"
 #include "protocol/errors.hpp"
 #include "transport/tensor_digest.hpp"
+#include "transport/torch_dtype.hpp"
 
 using namespace hotswap;
 namespace architectures = model_loader::architectures;
@@ -54,6 +56,51 @@ bool in_layer(const std::string& name, int layer) {
   return name.starts_with("model.layers." + std::to_string(layer) + ".");
 }
 
+// `tensors` as a trainer iterating its modules sends them: each layer's q, k, v weights
+// together and in that order, then their biases, then the rest. File order (by name) puts k
+// before q and o between them.
+std::vector<NamedTensor> fused_parts_together(std::vector<NamedTensor> tensors) {
+  static const std::vector<std::string> kOrder = {
+      "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+      "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+      "mlp.gate_proj.weight",    "mlp.up_proj.weight"};
+  auto rank = [](const std::string& name) {
+    for (std::size_t i = 0; i < kOrder.size(); ++i) {
+      if (name.ends_with(kOrder[i])) return i;
+    }
+    return kOrder.size();
+  };
+  auto layer = [](const std::string& name) { return name.substr(0, name.find('.', 13)); };
+  std::stable_sort(tensors.begin(), tensors.end(), [&](const auto& a, const auto& b) {
+    const auto la = layer(a.first), lb = layer(b.first);
+    return la != lb ? la < lb : rank(a.first) < rank(b.first);
+  });
+  return tensors;
+}
+
+std::vector<protocol::ParamMeta> metas_of(const std::vector<NamedTensor>& tensors) {
+  std::vector<protocol::ParamMeta> metas;
+  for (const auto& [name, t] : tensors)
+    metas.push_back({name, transport::from_scalar_type(t.scalar_type()), t.sizes().vec()});
+  return metas;
+}
+
+// Writes `tensors` end to end into `slab`, as packed chunks land, and marks each received but
+// the first `unmarked`.
+void receive_into(model_loader::ServableModel& m, const at::Tensor& slab,
+                  const std::vector<NamedTensor>& tensors, std::size_t unmarked = 0) {
+  std::int64_t start = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor bytes = tensors[i].second.contiguous().view({-1}).view(at::kByte);
+    slab.narrow(0, start, bytes.numel()).copy_(bytes);
+    start += bytes.numel();
+    if (i >= unmarked) m.mark_received(tensors[i].first);
+  }
+  BOOST_TEST(start == slab.numel());
+}
+
+constexpr auto kAnyScratch = std::numeric_limits<std::uint64_t>::max();
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(layerwise_reload)
@@ -87,6 +134,86 @@ BOOST_FIXTURE_TEST_CASE(staged_tensors_can_be_received_in_place, Fixture) {
   inplace->start_reload();
   BOOST_TEST(!inplace->destination_for(first, dtype, tensor.sizes()).has_value());
   inplace->abort_reload();
+}
+
+BOOST_FIXTURE_TEST_CASE(packed_tensors_land_in_one_slab_in_either_order, Fixture) {
+  for (bool together : {true, false}) {
+    auto m = model(UpdateMode::kStaged);
+    const auto order = together ? fused_parts_together(update) : update;
+    m->start_reload();
+    // Apart, the parts of a fused parameter land as scratch and are copied out: none allowed,
+    // no slab.
+    auto slab = m->contiguous_destination(metas_of(order), 0);
+    BOOST_TEST(slab.has_value() == together);
+    if (!together) slab = m->contiguous_destination(metas_of(order), kAnyScratch);
+    BOOST_REQUIRE(slab.has_value());
+    receive_into(*m, *slab, order, /*unmarked=*/1);  // filled but not marked: the old serves
+    m->finish_reload();
+    for (const auto& [name, digest] : m->checkpoint_checksums()) {
+      BOOST_TEST(digest == (name == order[0].first ? old_digest(name) : new_digest(name)), name);
+    }
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(packed_rounds_alternate_between_two_slabs, Fixture) {
+  auto m = model(UpdateMode::kStaged);
+  const auto news = fused_parts_together(update);
+  const auto olds = fused_parts_together(old_ckpt.tensors());
+  std::vector<const void*> slabs;
+  for (int round = 0; round < 4; ++round) {
+    const auto& tensors = round % 2 == 0 ? news : olds;
+    m->start_reload();
+    auto slab = m->contiguous_destination(metas_of(tensors), 0);
+    BOOST_REQUIRE(slab.has_value());
+    slabs.push_back(slab->data_ptr());
+    receive_into(*m, *slab, tensors);
+    m->finish_reload();
+    for (const auto& [name, digest] : m->checkpoint_checksums()) {
+      BOOST_TEST(digest == (round % 2 == 0 ? new_digest(name) : old_digest(name)), name);
+    }
+  }
+  // The slab a commit replaced is the next round's: no fresh memory after the second round.
+  BOOST_TEST(slabs[0] != slabs[1]);
+  BOOST_TEST(slabs[2] == slabs[0]);
+  BOOST_TEST(slabs[3] == slabs[1]);
+  // An aborted round's slab is kept too, and its bytes never serve.
+  m->start_reload();
+  auto aborted = m->contiguous_destination(metas_of(news), 0);
+  BOOST_REQUIRE(aborted.has_value());
+  receive_into(*m, *aborted, news);
+  m->abort_reload();
+  for (const auto& [name, digest] : m->checkpoint_checksums())
+    BOOST_TEST(digest == old_digest(name), name);
+  m->start_reload();
+  BOOST_TEST(m->contiguous_destination(metas_of(news), 0)->data_ptr() == aborted->data_ptr());
+  m->abort_reload();
+}
+
+BOOST_FIXTURE_TEST_CASE(a_slab_only_where_every_tensor_lands_as_it_is, Fixture) {
+  const auto metas = metas_of(fused_parts_together(update));
+  auto inplace = model(UpdateMode::kInplace);
+  inplace->start_reload();
+  BOOST_TEST(!inplace->contiguous_destination(metas, kAnyScratch).has_value());
+  inplace->abort_reload();
+
+  auto m = model(UpdateMode::kStaged);
+  BOOST_TEST(!m->contiguous_destination(metas, kAnyScratch).has_value());  // no session
+  m->start_reload();
+  auto twice = metas;
+  twice.push_back(metas.front());
+  auto unknown = metas;
+  unknown.back().name = "model.no_such.weight";
+  auto converted = metas;
+  converted.front().dtype = protocol::DType::kFloat64;
+  auto reshaped = metas;
+  reshaped.front().shape = {1, 2, 3};
+  for (const auto* refused : {&twice, &unknown, &converted, &reshaped})
+    BOOST_TEST(!m->contiguous_destination(*refused, kAnyScratch).has_value());
+  // A session that has staged a tensor another way keeps its shadows as they are.
+  const auto& [first, tensor] = update[0];
+  BOOST_REQUIRE(m->destination_for(first, m->dtype(), tensor.sizes()).has_value());
+  BOOST_TEST(!m->contiguous_destination(metas, kAnyScratch).has_value());
+  m->abort_reload();
 }
 
 BOOST_FIXTURE_TEST_CASE(a_full_update_in_any_order_lands_whole, Fixture) {

@@ -11,6 +11,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <thread>
@@ -106,11 +107,15 @@ struct InProcessPair {
   std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> trainer;
 };
 
-void round_trip(bool packed, std::int64_t buffer_size) {
+void round_trip(bool packed, std::int64_t buffer_size, bool offer_slab = false) {
   InProcessPair pair(packed, buffer_size);
+  pair.model->offer_slab = offer_slab;
   for (int round = 0; round < 2; ++round) {  // buffers are reused across rounds
     pair.model->loaded.clear();
+    pair.model->events.clear();
     pair.trainer->send_weights();
+    const bool slab = std::ranges::count(pair.model->events, std::string("slab")) == 1;
+    BOOST_TEST(slab == (packed && offer_slab));
     BOOST_REQUIRE_EQUAL(pair.model->loaded.size(), pair.tensors.size());
     for (std::size_t i = 0; i < pair.tensors.size(); ++i) {
       BOOST_TEST(pair.model->loaded[i].first == pair.tensors[i].first);
@@ -131,6 +136,13 @@ BOOST_AUTO_TEST_CASE(unpacked_one_broadcast_per_tensor) {
 BOOST_AUTO_TEST_CASE(packed_across_many_chunk_boundaries_with_misaligned_slices) {
   for (std::int64_t buffer : {1, 7, 16, 64, 1000, 1 << 20})
     round_trip(true, buffer);
+}
+
+// A model that offers one slab for the whole round gets each chunk received straight into its
+// part of it, whatever the chunk boundaries: no receive buffers.
+BOOST_AUTO_TEST_CASE(packed_chunks_land_in_the_models_slab) {
+  for (std::int64_t buffer : {1, 7, 64, 1 << 20})
+    round_trip(true, buffer, /*offer_slab=*/true);
 }
 
 // vLLM 0.33's trainer: when a round's metadata is the previous round's, it sends empty lists.

@@ -140,6 +140,11 @@ std::optional<at::Tensor> TensorParallelModel::destination_for(const std::string
   return shard_->destination_for(name, dtype, shape);
 }
 
+std::optional<at::Tensor> TensorParallelModel::contiguous_destination(
+    const std::vector<protocol::ParamMeta>& tensors, std::uint64_t scratch_limit) {
+  return shard_->contiguous_destination(tensors, scratch_limit);
+}
+
 void TensorParallelModel::mark_received(const std::string& name) {
   shard_->mark_received(name);
 }

@@ -52,6 +52,8 @@ class TensorParallelModel final : public model_loader::ServableModel {
   std::optional<at::Tensor> destination_for(const std::string& name, c10::ScalarType dtype,
                                             c10::IntArrayRef shape) override;
   void mark_received(const std::string& name) override;
+  std::optional<at::Tensor> contiguous_destination(const std::vector<protocol::ParamMeta>& tensors,
+                                                   std::uint64_t scratch_limit) override;
   void start_reload() override { shard_->start_reload(); }
   void finish_reload() override { shard_->finish_reload(); }
   void abort_reload() override { shard_->abort_reload(); }
