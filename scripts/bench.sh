@@ -73,6 +73,9 @@ for line in open(sys.argv[1]):
     limit = f.get("limit") or {}
     ratio = next((f"{(k[6:] if k.startswith('ratio_') else k).replace('_', ' ')} {v:.2f}x" for k, v in f.items()
                   if k.startswith("ratio") and isinstance(v, (int, float))), "")
+    paired = next((v for k, v in f.items() if k.endswith("_paired") and isinstance(v, dict)), None)
+    if paired:
+        ratio += f" (paired {paired['median']:.2f}x, {paired['min']:.2f}-{paired['max']:.2f})"
     rng = f"{spread['min']:.3g}-{spread['max']:.3g}" if spread else ""
     lim = f"{limit['median']:.3g} ({limit['min']:.3g}-{limit['max']:.3g})" if limit else ""
     if "budget_gb" in f:
