@@ -166,10 +166,6 @@ std::optional<at::Tensor> LayerwiseReload::destination(const std::string& name,
   return slot_rows(shadow_of(slot->param), *slot);
 }
 
-namespace {
-constexpr std::int64_t kParamAlignment = 64;
-}  // namespace
-
 std::optional<at::Tensor> LayerwiseReload::contiguous_destination(
     const std::vector<protocol::ParamMeta>& tensors, std::uint64_t scratch_limit) {
   if (mode_ != UpdateMode::kStaged || tensors.empty() ||

@@ -41,15 +41,23 @@ void check_fits_in_memory(const std::vector<RuntimeParam>& params, std::size_t i
   }
 }
 
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t numel = 1;
+  for (auto d : shape)
+    numel *= d;
+  return numel;
+}
+
 // Weights are written in bulk (a checkpoint load, a full sync into a fresh shadow) and read in
 // bulk by every decode step. On 2 MiB pages a 300 MB load takes ~150 page faults instead of
 // ~75,000 — the faults, not the copying, were most of a load's time — and decode misses the TLB
-// less. A tensor of 2 MiB or more starts on a 2 MiB boundary (a view into an allocation 2 MiB
-// larger, whose padding is never touched, so never backed), so that all of it can be a huge
-// page: advising only the aligned middle of a libtorch allocation left up to 4 MiB of each
-// tensor on small pages (of the 311 MB bench model, 186–229 MB were on huge pages after a load,
-// 231–274 MB with whole tensors aligned; checkpoint load 0.58–0.90× → 0.77–0.87× a plain read).
-// Advice only: where transparent huge pages are off, nothing changes but the alignment.
+// less. An allocation of 2 MiB or more (the load's parameters, a slab, a spare) starts on a
+// 2 MiB boundary (a view into one 2 MiB larger, whose padding is never touched, so never
+// backed), so that all of it can be a huge page: advising only the aligned middle of a libtorch
+// allocation left up to 4 MiB of each tensor on small pages (of the 311 MB bench model, 186–229 MB
+// were on huge pages after a load, 231–274 MB with whole tensors aligned; checkpoint load
+// 0.58–0.90× → 0.77–0.87× a plain read). Advice only: where transparent huge pages are off, nothing
+// changes but the alignment.
 at::Tensor empty_on_huge_pages(at::IntArrayRef shape, const at::TensorOptions& options) {
   constexpr std::int64_t kHugePage = 2 << 20;
   std::int64_t numel = 1;
@@ -77,15 +85,31 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
   const auto& params = mapping_.runtime_params();
   check_fits_in_memory(params, quantize_int8_ ? 1 : c10::elementSize(dtype_), device_);
   tensors_.resize(params.size());
+  // The unquantized parameters are views into one allocation, each on a cache line: once a
+  // commit has replaced them all, the allocation is a free slab (take_spare_slab), and a packed
+  // round lands in it instead of in memory never touched before.
+  const auto item = static_cast<std::int64_t>(c10::elementSize(dtype_));
+  std::vector<std::int64_t> starts(params.size(), 0);
+  std::int64_t total = 0;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    auto options = at::TensorOptions().device(device_);
+    if (quantized(i)) continue;
+    starts[i] = total;
+    total += (numel_of(params[i].shape) * item + kParamAlignment - 1) / kParamAlignment *
+             kParamAlignment;
+  }
+  const auto options = at::TensorOptions().device(device_);
+  at::Tensor region = empty_on_huge_pages({total}, options.dtype(at::kByte));
+  for (std::size_t i = 0; i < params.size(); ++i) {
     if (quantized(i)) {
       tensors_[i].value = empty_on_huge_pages(params[i].shape, options.dtype(at::kChar));
       tensors_[i].scale = at::empty({params[i].shape[0]}, options.dtype(at::kFloat));
     } else {
-      tensors_[i].value = empty_on_huge_pages(params[i].shape, options.dtype(dtype_));
+      tensors_[i].value = region.narrow(0, starts[i], numel_of(params[i].shape) * item)
+                              .view(dtype_)
+                              .view(params[i].shape);
     }
   }
+  slabs_.push_back(std::move(region));
 }
 
 at::Tensor slot_rows(const at::Tensor& runtime, const CheckpointSlot& slot) {
@@ -125,20 +149,27 @@ at::Tensor ParameterStore::take_spare_slab(std::int64_t bytes,
     if (spares_.size() < tensors_.size()) spares_.resize(tensors_.size());
     for (std::size_t p : params)
       spares_[p] = at::Tensor();
-    auto viewed = [this](const at::Tensor& slab) {
-      const auto* storage = slab.storage().unsafeGetStorageImpl();
-      auto views = [storage](const at::Tensor& t) {
+    auto of = [](const at::Tensor& slab) {
+      return [storage = slab.storage().unsafeGetStorageImpl()](const at::Tensor& t) {
         return t.defined() && t.storage().unsafeGetStorageImpl() == storage;
       };
-      return std::any_of(tensors_.begin(), tensors_.end(),
-                         [&](const RuntimeTensor& t) { return views(t.value); }) ||
-             std::any_of(spares_.begin(), spares_.end(), views);
     };
-    // A slab nothing views any more is either this session's or garbage: memory stays at two.
+    // The first slab no live tensor is a view of is this session's; its spares go (their
+    // parameters get shadows of their own if they need them). One nothing views at all is
+    // garbage. So memory stays at two slabs.
     std::erase_if(slabs_, [&](at::Tensor& slab) {
-      if (viewed(slab)) return false;
-      if (!chosen.defined() && slab.numel() >= bytes) chosen = std::move(slab);
-      return true;
+      const auto views = of(slab);
+      if (std::any_of(tensors_.begin(), tensors_.end(),
+                      [&](const RuntimeTensor& t) { return views(t.value); })) {
+        return false;
+      }
+      if (!chosen.defined() && slab.numel() >= bytes) {
+        for (auto& spare : spares_)
+          if (views(spare)) spare = at::Tensor();
+        chosen = std::move(slab);
+        return true;
+      }
+      return std::none_of(spares_.begin(), spares_.end(), views);
     });
   }
   if (chosen.defined()) return chosen.narrow(0, 0, bytes);

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
@@ -29,6 +30,11 @@ at::Tensor slot_rows(const at::Tensor& runtime, const CheckpointSlot& slot);
 // What this rank keeps of a whole checkpoint tensor for `slot`: a view (the tensor itself when
 // the slot is not sharded). Copying from it reads only those bytes.
 at::Tensor kept_part(const at::Tensor& full, const CheckpointSlot& slot);
+
+// Where a parameter that shares an allocation with others starts (the load's one allocation, a
+// packed round's slab): a cache line, as libtorch aligns an allocation of its own, so that the
+// kernels' loads stay aligned.
+inline constexpr std::int64_t kParamAlignment = 64;
 
 class ParameterStore {
  public:
@@ -55,9 +61,10 @@ class ParameterStore {
   // Packed receives land in one slab of bytes whose views are the shadows of several
   // parameters (LayerwiseReload::contiguous_destination). take_spare_slab drops the spares of
   // `params` (their shadows come from the slab) and hands out a slab of at least `bytes` that no
-  // live or spare tensor is a view of any more, recycled where one is, new otherwise; keep_slab
-  // takes it back once the session ends, committed or not. In steady state two slabs
-  // alternate, as per-parameter spares do.
+  // live tensor is a view of any more (dropping the spares that are), recycled where one is, new
+  // (its pages touched) otherwise; keep_slab takes it back once the session ends, committed or
+  // not. The load's own allocation is one such slab: from the second packed round on, none is
+  // new. In steady state two slabs alternate, as per-parameter spares do.
   at::Tensor take_spare_slab(std::int64_t bytes, const std::vector<std::size_t>& params);
   void keep_slab(at::Tensor slab);
   // Bytes held by the live runtime tensors.
