@@ -44,9 +44,9 @@ struct Fixture {
         "--data-parallel-rank", std::to_string(dp_rank), "--data-parallel-size",
         std::to_string(dp_size), "--timeout", timeout});
   }
-  std::shared_ptr<trainer_sdk::TensorListSource> source() const {
+  std::shared_ptr<trainer_sdk::TensorListSource> source(bool old = false) const {
     std::vector<std::pair<std::string, at::Tensor>> t;
-    for (auto& [name, tensor] : new_ckpt.tensors())
+    for (auto& [name, tensor] : (old ? old_ckpt : new_ckpt).tensors())
       t.emplace_back(name, tensor);
     return std::make_shared<trainer_sdk::TensorListSource>(t);
   }
@@ -108,6 +108,27 @@ BOOST_FIXTURE_TEST_CASE(one_worker_packed_and_unpacked_rounds_verify, Fixture) {
     verify(*client);
     BOOST_TEST(client->call("weight_info")["weight_version"] ==
                (packed ? "packed-1" : "unpacked-1"));
+    engine->shutdown();
+  }
+}
+
+// Packed rounds land in a slab of the worker's staged weights: the first in a new one, the
+// second in the allocation the model was loaded into, then the two alternate. Rounds that
+// change every weight back and forth show that no round serves another's bytes.
+BOOST_FIXTURE_TEST_CASE(packed_rounds_into_alternating_slabs_verify, Fixture) {
+  auto w = worker(0, 1);
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  for (int round = 0; round < 4; ++round) {
+    const bool old = round % 2 == 1;
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
+    info.packed_buffer_size_bytes = 16 << 10;  // a few chunks, within the scratch the slab allows
+    info.timeout = 30s;
+    auto engine =
+        trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source(old));
+    const std::string version = "round-" + std::to_string(round);
+    engine->push({version, /*verify=*/true});
+    testing::verify_serves(*client, old ? old_ckpt : new_ckpt);
+    BOOST_TEST(client->call("weight_info")["weight_version"] == version);
     engine->shutdown();
   }
 }
