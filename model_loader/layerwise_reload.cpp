@@ -205,18 +205,16 @@ std::optional<at::Tensor> LayerwiseReload::contiguous_destination(
   std::uint64_t scratch_bytes = 0;
   for (std::size_t i = 0, j = 0; i < slots.size(); i = j) {
     const std::size_t p = mapping.slots()[slots[i]].param;
-    std::int64_t numel = 1;
-    for (auto d : runtime[p].shape)
-      numel *= d;
-    // slot_rows' rows: every dimension but the last for three or more, else the first.
-    const auto& shape = runtime[p].shape;
-    const std::int64_t rows =
-        shape.empty() ? 1 : (shape.size() > 2 ? numel / shape.back() : shape.front());
-    const std::int64_t row_bytes = rows == 0 ? 0 : numel / rows * item;
+    // Where each tensor's rows lie in the parameter, as slot_rows has them: a tensor without
+    // storage (the meta device) of the parameter's shape.
+    const at::Tensor layout =
+        at::empty(runtime[p].shape, at::TensorOptions().dtype(store_.dtype()).device(c10::kMeta));
+    const std::int64_t numel = layout.numel();
     bool follows = true;
     for (j = i; j < slots.size() && mapping.slots()[slots[j]].param == p; ++j) {
-      follows =
-          follows && starts[i] + mapping.slots()[slots[j]].row_offset * row_bytes == starts[j];
+      const std::int64_t offset =
+          slot_rows(layout, mapping.slots()[slots[j]]).storage_offset() * item;
+      follows = follows && starts[i] + offset == starts[j];
     }
     const std::int64_t end = j < slots.size() ? starts[j] : wire;
     // On a cache line, as every tensor the store allocates is: the kernels' loads stay aligned.

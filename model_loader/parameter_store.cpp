@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/accumulate.h>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -41,13 +42,6 @@ void check_fits_in_memory(const std::vector<RuntimeParam>& params, std::size_t i
   }
 }
 
-std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
-  std::int64_t numel = 1;
-  for (auto d : shape)
-    numel *= d;
-  return numel;
-}
-
 // Weights are written in bulk (a checkpoint load, a full sync into a fresh shadow) and read in
 // bulk by every decode step. On 2 MiB pages a 300 MB load takes ~150 page faults instead of
 // ~75,000 — the faults, not the copying, were most of a load's time — and decode misses the TLB
@@ -60,11 +54,8 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 // changes but the alignment.
 at::Tensor empty_on_huge_pages(at::IntArrayRef shape, const at::TensorOptions& options) {
   constexpr std::int64_t kHugePage = 2 << 20;
-  std::int64_t numel = 1;
-  for (auto d : shape)
-    numel *= d;
   const std::int64_t nbytes =
-      numel *
+      c10::multiply_integers(shape) *
       static_cast<std::int64_t>(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
   if (!options.device().is_cpu() || nbytes < kHugePage) return at::empty(shape, options);
   at::Tensor raw = at::empty({nbytes + kHugePage}, options.dtype(at::kByte));
@@ -94,8 +85,8 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (quantized(i)) continue;
     starts[i] = total;
-    total += (numel_of(params[i].shape) * item + kParamAlignment - 1) / kParamAlignment *
-             kParamAlignment;
+    total += (c10::multiply_integers(params[i].shape) * item + kParamAlignment - 1) /
+             kParamAlignment * kParamAlignment;
   }
   const auto options = at::TensorOptions().device(device_);
   at::Tensor region = empty_on_huge_pages({total}, options.dtype(at::kByte));
@@ -104,9 +95,10 @@ ParameterStore::ParameterStore(const WeightMapping& mapping, c10::ScalarType dty
       tensors_[i].value = empty_on_huge_pages(params[i].shape, options.dtype(at::kChar));
       tensors_[i].scale = at::empty({params[i].shape[0]}, options.dtype(at::kFloat));
     } else {
-      tensors_[i].value = region.narrow(0, starts[i], numel_of(params[i].shape) * item)
-                              .view(dtype_)
-                              .view(params[i].shape);
+      tensors_[i].value =
+          region.narrow(0, starts[i], c10::multiply_integers(params[i].shape) * item)
+              .view(dtype_)
+              .view(params[i].shape);
     }
   }
   slabs_.push_back(std::move(region));

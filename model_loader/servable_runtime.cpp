@@ -6,6 +6,7 @@
 #include <ATen/ops/_unique.h>
 #include <ATen/ops/floor_divide.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <thread>
@@ -175,9 +176,7 @@ std::vector<ServableRuntime::ResolvedPatch> ServableRuntime::resolve_patches(
     if (!at::isFloatingType(p.values.scalar_type())) {
       throw protocol::ValueError("sparse patch '" + p.name + "' has non-floating values");
     }
-    std::int64_t numel = 1;
-    for (auto d : slot->shape)
-      numel *= d;
+    const std::int64_t numel = c10::multiply_integers(slot->shape);
     at::Tensor idx = p.indices.to(at::kLong);
     if (idx.numel() > 0) {
       bool in_range = idx.min().item<std::int64_t>() >= 0 && idx.max().item<std::int64_t>() < numel;

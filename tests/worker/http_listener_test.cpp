@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -18,6 +19,26 @@
 using namespace hotswap::worker;
 using hotswap::testing::RawConnection;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Every request answered by an event stream that `stream` writes.
+HttpListener::Handler streaming(std::function<void(ChunkSink&)> stream) {
+  return [stream = std::move(stream)](HttpRequest&) {
+    HttpResponse response;
+    response.content_type = "text/event-stream";
+    response.stream = stream;
+    return response;
+  };
+}
+
+bool no_probes(const HttpRequest&) {
+  return false;
+}
+
+constexpr const char* kStreamRequest = "GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+}  // namespace
 
 BOOST_AUTO_TEST_SUITE(http_listener)
 
@@ -31,20 +52,14 @@ BOOST_AUTO_TEST_CASE(streamed_chunks_leave_as_soon_as_they_are_written) {
   constexpr int kChunks = 20;
   HttpListener::Options options;
   options.threads = 2;
-  HttpListener listener(
-      options,
-      [](HttpRequest&) {
-        HttpResponse response;
-        response.content_type = "text/event-stream";
-        response.stream = [](ChunkSink& sink) {
-          for (int i = 0; i < kChunks; ++i)
-            if (!sink.write("data: {\"token\": " + std::to_string(i) + "}\n\n")) return;
-        };
-        return response;
-      },
-      [](const HttpRequest&) { return false; });
+  HttpListener listener(options, streaming([](ChunkSink& sink) {
+                          for (int i = 0; i < kChunks; ++i)
+                            if (!sink.write("data: {\"token\": " + std::to_string(i) + "}\n\n"))
+                              return;
+                        }),
+                        no_probes);
   RawConnection client(listener.port());
-  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  BOOST_REQUIRE(client.send(kStreamRequest));
   const std::string got = client.read_until("0\r\n\r\n", std::chrono::seconds(10));
   BOOST_TEST(got.find("{\"token\": " + std::to_string(kChunks - 1) + "}") != std::string::npos);
 
@@ -89,9 +104,9 @@ BOOST_AUTO_TEST_CASE(a_kept_alive_connection_serves_a_request_after_a_stream) {
         };
         return response;
       },
-      [](const HttpRequest&) { return false; });
+      no_probes);
   RawConnection client(listener.port());
-  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  BOOST_REQUIRE(client.send(kStreamRequest));
   const std::string streamed = client.read_until("\r\n0\r\n\r\n", std::chrono::seconds(10));
   const std::string body = streamed.substr(streamed.find("\r\n\r\n") + 4);
   BOOST_TEST(body == "b\r\ndata: one\n\n\r\n11170\r\n" + std::string(70000, 'x') + "\r\n0\r\n\r\n");
@@ -110,26 +125,20 @@ BOOST_AUTO_TEST_CASE(offered_pieces_the_socket_cannot_take_yet_leave_first_and_i
   auto offered = backlogged_after.get_future();
   auto piece = [](int i) { return std::to_string(i) + std::string(20000, 'a' + i % 26); };
   HttpListener listener(
-      options,
-      [&](HttpRequest&) {
-        HttpResponse response;
-        response.content_type = "text/event-stream";
-        response.stream = [&](ChunkSink& sink) {
-          int count = 0;
-          std::thread([&] {
-            // The client reads nothing yet: the socket's buffers fill, then the sink's.
-            while (count < 10'000 && sink.offer({piece(count)}) && !sink.backlogged())
-              ++count;
-            ++count;  // the piece that stayed (partly) in the sink
-          }).join();
-          backlogged_after.set_value(count);
-          (void)sink.write("last");
-        };
-        return response;
-      },
-      [](const HttpRequest&) { return false; });
+      options, streaming([&](ChunkSink& sink) {
+        int count = 0;
+        std::thread([&] {
+          // The client reads nothing yet: the socket's buffers fill, then the sink's.
+          while (count < 10'000 && sink.offer({piece(count)}) && !sink.backlogged())
+            ++count;
+          ++count;  // the piece that stayed (partly) in the sink
+        }).join();
+        backlogged_after.set_value(count);
+        (void)sink.write("last");
+      }),
+      no_probes);
   RawConnection client(listener.port());
-  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  BOOST_REQUIRE(client.send(kStreamRequest));
   BOOST_REQUIRE(offered.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
   const int count = offered.get();
   BOOST_TEST(count < 10'000, "never backlogged");
@@ -155,24 +164,18 @@ BOOST_AUTO_TEST_CASE(a_stream_to_a_client_that_stopped_reading_ends_at_the_write
   options.limits.write_timeout = std::chrono::milliseconds(300);
   std::promise<Clock::duration> stopped;
   auto stopped_after = stopped.get_future();
-  HttpListener listener(
-      options,
-      [&stopped](HttpRequest&) {
-        HttpResponse response;
-        response.content_type = "text/event-stream";
-        response.stream = [&stopped](ChunkSink& sink) {
-          Clock::time_point last_write = Clock::now();
-          for (int i = 0; i < 100'000; ++i) {  // 6.4 GB: far more than the socket buffers
-            last_write = Clock::now();
-            if (!sink.write(std::string(64 << 10, 'x'))) break;
-          }
-          stopped.set_value(Clock::now() - last_write);
-        };
-        return response;
-      },
-      [](const HttpRequest&) { return false; });
+  HttpListener listener(options, streaming([&stopped](ChunkSink& sink) {
+                          Clock::time_point last_write = Clock::now();
+                          for (int i = 0; i < 100'000;
+                               ++i) {  // 6.4 GB: far more than the socket buffers
+                            last_write = Clock::now();
+                            if (!sink.write(std::string(64 << 10, 'x'))) break;
+                          }
+                          stopped.set_value(Clock::now() - last_write);
+                        }),
+                        no_probes);
   RawConnection client(listener.port());
-  BOOST_REQUIRE(client.send("GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  BOOST_REQUIRE(client.send(kStreamRequest));
   BOOST_REQUIRE(stopped_after.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
   const auto blocked = stopped_after.get();
   BOOST_TEST(blocked >= std::chrono::milliseconds(250));
