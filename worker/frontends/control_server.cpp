@@ -76,8 +76,9 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
               << " is reachable beyond this host without CURVE authentication; anyone who can "
                  "connect can replace the weights (see --curve-secret-key-file)\n";
   }
-  // Disconnections, to cancel the generate requests of clients that went away.
-  if (zmq_socket_monitor(socket_.handle(), kMonitorEndpoint, ZMQ_EVENT_DISCONNECTED) != 0) {
+  // Connections and disconnections, to cancel the generate requests of clients that went away.
+  if (zmq_socket_monitor(socket_.handle(), kMonitorEndpoint,
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
     throw protocol::RuntimeError(std::string("cannot monitor the control socket: ") +
                                  zmq_strerror(zmq_errno()));
   }
@@ -174,8 +175,22 @@ std::string ControlServer::run_call(const protocol::RpcRequest& request) {
   return std::move(answer.frame);
 }
 
+std::optional<ControlServer::Connection> ControlServer::connection_of(int fd) {
+  if (fd < 0) return std::nullopt;
+  // A descriptor is reused as soon as its client hangs up, and the event of that hang-up can
+  // still wait in the monitor while a request of the next connection on the descriptor is read
+  // (this thread reads requests in a loop): read later, it cancelled the new request, which came
+  // back aborted with no tokens (7 of 150 generate calls, each on a connection of its own, while
+  // other clients came and went). Every event emitted before this request arrived is read first.
+  on_monitor_event();
+  auto live = live_connections_.find(fd);
+  // Gone already: the request runs to its end, and its reply goes nowhere.
+  if (live == live_connections_.end()) return std::nullopt;
+  return Connection{fd, live->second};
+}
+
 void ControlServer::start_generate(const protocol::RpcRequest& request, Reply reply,
-                                   int connection) {
+                                   std::optional<Connection> connection) {
   // std::function needs a copyable callable; the routing frames are move-only.
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
   auto ticket = std::make_shared<std::uint64_t>(0);
@@ -206,11 +221,11 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
   }
   // The completion may already be queued; flush, on this same thread, forgets the ticket after
   // this line has remembered it.
-  if (connection >= 0) connection_of_ticket_.emplace(*ticket, connection);
+  if (connection) connection_of_ticket_.emplace(*ticket, *connection);
 }
 
 void ControlServer::start_completion(const protocol::RpcRequest& request, Reply reply,
-                                     int connection) {
+                                     std::optional<Connection> connection) {
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
   const auto id = request.id;
   const auto id_text = request.id_text;
@@ -242,14 +257,14 @@ void ControlServer::start_completion(const protocol::RpcRequest& request, Reply 
     };
     if (!pool_.try_submit(answer)) answer();  // a full pool: build it here rather than lose it
   });
-  if (connection >= 0) connection_of_ticket_.emplace(ticket, connection);
+  if (connection) connection_of_ticket_.emplace(ticket, *connection);
 }
 
 void ControlServer::handle(std::vector<zmq::message_t> frames) {
   if (frames.size() < 2) return;  // no routing identity: nothing to answer
   Reply reply;
   // The descriptor of the connection this frame came on (-1 where there is none, inproc).
-  const int connection = frames.back().get(ZMQ_SRCFD);
+  const int fd = frames.back().get(ZMQ_SRCFD);
   std::string body = frames.back().to_string();
   frames.pop_back();
   reply.envelope = std::move(frames);
@@ -268,11 +283,11 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
   // generate runs in its asynchronous form: it holds no thread while the scheduler works on it,
   // and stops when its connection goes.
   if (request.method == protocol::methods::kGenerate) {
-    start_generate(request, std::move(reply), connection);
+    start_generate(request, std::move(reply), connection_of(fd));
     return;
   }
   if (request.method == protocol::methods::kCompletions) {
-    start_completion(request, std::move(reply), connection);
+    start_completion(request, std::move(reply), connection_of(fd));
     return;
   }
   // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.
@@ -310,9 +325,18 @@ void ControlServer::on_monitor_event() {
     std::uint32_t value = 0;
     std::memcpy(&kind, event[0].data(), sizeof kind);
     std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof value);
+    const auto fd = static_cast<int>(value);
+    if (kind == ZMQ_EVENT_ACCEPTED) {
+      live_connections_[fd] = ++connections_accepted_;
+      continue;
+    }
     if (kind != ZMQ_EVENT_DISCONNECTED) continue;
+    auto live = live_connections_.find(fd);
+    if (live == live_connections_.end()) continue;
+    const Connection gone{fd, live->second};
+    live_connections_.erase(live);
     for (auto it = connection_of_ticket_.begin(); it != connection_of_ticket_.end();) {
-      if (it->second != static_cast<int>(value)) {
+      if (it->second != gone) {
         ++it;
         continue;
       }

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,9 +54,23 @@ class ControlServer {
     std::uint64_t ticket = 0;  // a generate's, to forget once answered
   };
 
+  // One connection of the socket: its descriptor, and which of the connections that have had
+  // that descriptor it is (the kernel reuses a descriptor as soon as its client hangs up, and a
+  // trainer's client opens a connection per call).
+  struct Connection {
+    int fd = -1;
+    std::uint64_t serial = 0;
+    bool operator==(const Connection&) const = default;
+  };
+
   void handle(std::vector<zmq::message_t> frames);
-  void start_generate(const protocol::RpcRequest& request, Reply reply, int connection);
-  void start_completion(const protocol::RpcRequest& request, Reply reply, int connection);
+  // The live connection a request came on (by ZMQ_SRCFD), once the monitor's events that came
+  // before it are read; nullopt where there is none to watch (inproc, or one already gone).
+  std::optional<Connection> connection_of(int fd);
+  void start_generate(const protocol::RpcRequest& request, Reply reply,
+                      std::optional<Connection> connection);
+  void start_completion(const protocol::RpcRequest& request, Reply reply,
+                        std::optional<Connection> connection);
   void send(Reply reply);
   void complete(Reply reply);  // from any thread: queue it for the socket thread
   void flush();
@@ -69,14 +84,17 @@ class ControlServer {
   bool warn_;   // every level but error: one line per failed call
   zmq::context_t context_;
   zmq::socket_t socket_;
-  zmq::socket_t monitor_;  // the socket's DISCONNECTED events
+  zmq::socket_t monitor_;  // the socket's ACCEPTED and DISCONNECTED events
   std::string endpoint_;
   EventFd completions_;
   std::mutex mutex_;
   std::deque<Reply> done_;
-  // Generate and completions requests still running, and the descriptor of the connection each came
-  // on: a client that disconnects cancels them. Touched by the socket thread only.
-  std::map<std::uint64_t, int> connection_of_ticket_;
+  // The socket thread's alone. The connections open now, by descriptor, each with its serial
+  // (from the monitor's ACCEPTED); generate and completions requests still running, and the
+  // connection each came on: a client that disconnects cancels them, and only them.
+  std::map<int, std::uint64_t> live_connections_;
+  std::uint64_t connections_accepted_ = 0;
+  std::map<std::uint64_t, Connection> connection_of_ticket_;
 
   std::chrono::steady_clock::time_point dispatched_;  // the last call given to pool_
   BoundedThreadPool pool_;                            // the long calls'
