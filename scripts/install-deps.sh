@@ -17,6 +17,7 @@ packages=(
   clang libclang-rt-14-dev  # libFuzzer, for scripts/fuzz.sh
   python3-dev python3-venv  # the torch environment and the `hotswap` package built for it
   python3-zmq  # the pure-Python client alone, tested in an interpreter without torch
+  pybind11-dev python3-jinja2  # chat templates: Jinja2 itself, in an embedded interpreter
 )
 
 missing=()

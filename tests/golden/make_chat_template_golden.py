@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Makes the golden vectors that hold hotswap's chat-template rendering (worker/serving/
+jinja_renderer.*) against transformers' own (`transformers.utils.chat_template_utils.
+render_jinja_template`, which vLLM calls through apply_chat_template).
+
+Run it from a virtual environment OUTSIDE the repository, never in CI:
+
+    python3 -m venv /opt/hotswap-peer-venv
+    /opt/hotswap-peer-venv/bin/pip install transformers jinja2
+    /opt/hotswap-peer-venv/bin/python tests/golden/make_chat_template_golden.py
+
+It writes tests/golden/chat_template/golden.json: for each case the template, the variables the
+template sees (messages, tools, documents, add_generation_prompt and the keyword arguments, as
+transformers passes them) and either the rendered text or the error's text. The templates are
+written here, in the styles of the Hub's (ChatML with tools, Llama-3 headers without `-`
+trimming, namespaces, loop controls, `{% generation %}`, `tojson`), so that whitespace control,
+the sandbox and transformers' globals and filters are all exercised.
+"""
+
+import json
+import os
+
+import jinja2
+import transformers
+from transformers.utils.chat_template_utils import render_jinja_template
+
+CHATML_TOOLS = """{%- if tools %}
+{{- '<|im_start|>system\\n' }}
+{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+{{- "\\n\\n# Tools\\n\\n<tools>" }}
+{%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\\n</tools><|im_end|>\\n" }}
+{%- elif messages[0]['role'] == 'system' %}
+{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and loop.first %}{% continue %}{% endif %}
+{%- if message.role == 'tool' %}
+{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}
+{%- elif message.content is string %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\\n' }}{% for part in message.content %}{% if part.type == 'text' %}{{ part.text }}{% endif %}{% endfor %}{{ '<|im_end|>\\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
+"""
+
+LLAMA3_STYLE = """{{ bos_token }}{% for message in messages %}
+{% if message['role'] not in ['system', 'user', 'assistant'] %}{{ raise_exception('Conversation roles must be system, user or assistant') }}{% endif %}
+  {% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}
+{{ content }}
+{% endfor %}
+{% if add_generation_prompt %}
+    {{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{% endif %}
+"""
+
+FEATURES = """{%- set ns = namespace(last_user=-1, count=0) %}
+{%- for m in messages %}{% if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}
+{%- for m in messages %}
+  {%- if loop.index0 > ns.last_user %}{% break %}{% endif %}
+  {%- set ns.count = ns.count + 1 %}
+[{{ m.role }}] {{ m.content }}
+{% endfor %}
+{%- for m in messages %}{% if m.role == 'assistant' %}<a>{% generation %}{% set inner = m.content | upper %}{{ inner }}{% endgeneration %}</a>{{ inner is defined }}{% endif %}{% endfor %}
+{{ ns.count }} {{ dict(a=1, b='é') | tojson }} {{ {'k': ['ü', 2, none, true]} | tojson(indent=2) }} {{ [3, 1] | tojson(separators=(',', ':'), sort_keys=true) }}
+{%- if enable_thinking is defined and not enable_thinking %}<think>
+
+</think>{% endif %}
+{%- if documents %}{% for d in documents %}<doc title="{{ d.title }}">{{ d.text }}</doc>{% endfor %}{% endif %}
+{{- eos_token if messages | length > 3 else '' }}
+"""
+
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is 2 + 2?"},
+    {"role": "assistant", "content": "  4  "},
+    {"role": "user", "content": "And in Gödel numbering? ✓"},
+]
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Finds a fact",
+          "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+SPECIAL = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+
+CASES = [
+    ("chatml_plain", CHATML_TOOLS, dict(messages=CONVERSATION, add_generation_prompt=True)),
+    ("chatml_tools", CHATML_TOOLS, dict(messages=CONVERSATION[1:] + [
+        {"role": "tool", "content": "{\"fact\": 4}"},
+        {"role": "user", "content": [{"type": "text", "text": "Thanks, "}, {"type": "image"},
+                                     {"type": "text", "text": "go on."}]}],
+        tools=TOOLS, add_generation_prompt=False)),
+    ("llama3_style", LLAMA3_STYLE, dict(messages=CONVERSATION, add_generation_prompt=True)),
+    ("llama3_style_no_prompt", LLAMA3_STYLE, dict(messages=CONVERSATION[:2])),
+    ("features", FEATURES, dict(messages=CONVERSATION, documents=[{"title": "T", "text": "x"}],
+                                enable_thinking=False)),
+    ("features_short", FEATURES, dict(messages=CONVERSATION[:2], add_generation_prompt=True)),
+    # Errors: the template's own, the sandbox's, a namespace's private name, a syntax error.
+    ("raise_exception", LLAMA3_STYLE, dict(messages=[{"role": "tool", "content": "x"}])),
+    ("sandbox", "{{ ''.__class__.__mro__ }}", dict(messages=[])),
+    ("private_namespace", "{% set ns = namespace(_hidden=1) %}{{ ns }}", dict(messages=[])),
+    ("syntax", "{% for m in messages %}{{ m }}", dict(messages=[])),
+    ("undefined_call", "{{ messages[0].content.nothing() }}", dict(messages=[{"role": "user", "content": "x"}])),
+]
+
+
+def main():
+    out = []
+    for name, template, call in CASES:
+        call = dict(call)
+        variables = {"messages": call.pop("messages"), "tools": call.pop("tools", None),
+                     "documents": call.pop("documents", None),
+                     "add_generation_prompt": call.pop("add_generation_prompt", False)}
+        variables.update(SPECIAL)
+        variables.update(call)
+        case = {"name": name, "template": template, "variables": variables}
+        try:
+            rendered, _ = render_jinja_template(
+                conversations=[variables["messages"]], tools=variables["tools"],
+                documents=variables["documents"], chat_template=template,
+                add_generation_prompt=variables["add_generation_prompt"],
+                **{k: v for k, v in variables.items()
+                   if k not in ("messages", "tools", "documents", "add_generation_prompt")})
+            case["rendered"] = rendered[0]
+        except Exception as e:  # the reference's error text
+            case["error"] = str(e)
+        out.append(case)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_template", "golden.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"transformers": transformers.__version__, "jinja2": jinja2.__version__,
+                   "cases": out}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"wrote {len(out)} cases to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+#include "worker/serving/jinja_renderer.hpp"
+
+// pybind11 first: it includes Python.h, which must come before any standard header.
+#include <pybind11/eval.h>
+#include <pybind11/pybind11.h>
+
+#include <mutex>
+
+#include "protocol/errors.hpp"
+
+namespace py = pybind11;
+
+namespace hotswap::worker {
+namespace {
+
+// The Python side, run once in a namespace of its own. `render` is all the C++ side calls.
+constexpr const char* kSetup = R"PY(
+import datetime
+import json
+import sys
+import time
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.utils
+from jinja2.exceptions import SecurityError, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class TemplateLimitError(TemplateError):
+    """A render past its time or output bound."""
+
+
+_bounds = {"chars": 0}
+
+
+def _refuse_private(names):
+    # transformers' rule for namespaces: a name starting with "_" would lead to CPython's
+    # internals.
+    for name in names:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace, "
+                f"but got {name!r}. Please rename the attribute.")
+
+
+class _Namespace(jinja2.utils.Namespace):
+    def __init__(*args, **kwargs):  # jinja2's own signature: `self` may be a keyword too
+        space, rest = args[0], args[1:]
+        given = dict(*rest, **kwargs)
+        _refuse_private(given)
+        jinja2.utils.Namespace.__init__(space, given)
+
+    def __setitem__(self, name, value):
+        _refuse_private((name,))
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+
+class _Dict:
+    # `dict(...)` and `dict.fromkeys(...)` for templates, without the type itself (whose
+    # attributes lead out of the sandbox).
+    def __call__(self, *args, **kwargs):
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args, **kwargs):
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _Generation(jinja2.ext.Extension):
+    # {% generation %}...{% endgeneration %}: transformers marks the assistant's part with it
+    # for a mask this renderer does not compute. The body renders as a call block's does (its
+    # assignments stay inside it), and comes out unchanged.
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    # One expression of C code is not interrupted by the time bound: `*` and `**` are checked
+    # before they run, against the output bound.
+    intercepted_binops = frozenset(["*", "**"])
+
+    def call_binop(self, context, operator, left, right):
+        limit = _bounds["chars"]
+        if operator == "*":
+            for sequence, times in ((left, right), (right, left)):
+                if (isinstance(sequence, (str, list, tuple)) and isinstance(times, int)
+                        and len(sequence) * times > limit):
+                    raise TemplateLimitError(
+                        f"the chat template's output is limited to {limit} characters, and a "
+                        f"`*` in it would make {len(sequence) * times}")
+        elif operator == "**":
+            if (isinstance(left, int) and isinstance(right, int) and abs(left) > 1
+                    and right * max(1, abs(left).bit_length()) > 8 * limit):
+                raise TemplateLimitError(
+                    f"the chat template raises {left} to the power {right}, past its bounds")
+        return super().call_binop(context, operator, left, right)
+
+
+def _raise_exception(message):
+    raise TemplateError(message)
+
+
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # Jinja2's own filter escapes HTML characters; templates expect plain JSON, non-ASCII kept.
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(format):
+    return datetime.datetime.now().strftime(format)
+
+
+_environment = _Environment(trim_blocks=True, lstrip_blocks=True,
+                            extensions=[_Generation, jinja2.ext.loopcontrols])
+_environment.filters["tojson"] = _tojson
+_environment.globals["raise_exception"] = _raise_exception
+_environment.globals["strftime_now"] = _strftime_now
+_environment.globals["dict"] = _Dict()
+_environment.globals["namespace"] = _Namespace
+
+_compiled = {}  # source -> template, the last few
+
+
+def render(source, variables_json, seconds, max_chars, max_template_chars):
+    if len(source) > max_template_chars:
+        raise TemplateLimitError(
+            f"the chat template has {len(source)} characters; at most {max_template_chars} are "
+            "taken")
+    template = _compiled.get(source)
+    if template is None:
+        template = _environment.from_string(source)
+        if len(_compiled) >= 8:
+            _compiled.pop(next(iter(_compiled)))
+        _compiled[source] = template
+    variables = json.loads(variables_json)
+    _bounds["chars"] = max_chars
+    deadline = time.monotonic() + seconds
+
+    # Called on every line the template's code runs: past the deadline, the render stops.
+    def bound(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise TemplateLimitError(f"the chat template did not render within {seconds:g} s")
+        return bound
+
+    pieces = []
+    length = 0
+    sys.settrace(bound)
+    try:
+        for piece in template.generate(variables):
+            length += len(piece)
+            if length > max_chars:
+                raise TemplateLimitError(
+                    f"the chat template's output is limited to {max_chars} characters")
+            pieces.append(piece)
+    finally:
+        sys.settrace(None)
+    return "".join(pieces)
+)PY";
+
+// What the C++ side keeps of the interpreter. Never destroyed: the interpreter is never
+// finalized, and Python objects must not be released without it.
+struct Interpreter {
+  py::object render;
+  std::string jinja_version;
+};
+
+Interpreter* start_interpreter() {
+  PyConfig config;
+  // Isolated: PYTHONPATH, PYTHONHOME and the user's site directory (a virtual environment's,
+  // say) do not reach it; Debian's site module still adds /usr/lib/python3/dist-packages, where
+  // python3-jinja2 lives. No signal handlers: SIGINT stays the worker's.
+  PyConfig_InitIsolatedConfig(&config);
+  config.install_signal_handlers = 0;
+  config.site_import = 1;
+  config.write_bytecode = 0;
+  const PyStatus status = Py_InitializeFromConfig(&config);
+  PyConfig_Clear(&config);
+  if (PyStatus_Exception(status)) {
+    throw protocol::RuntimeError(
+        std::string("cannot start the Python interpreter that renders chat templates: ") +
+        (status.err_msg ? status.err_msg : "unknown error"));
+  }
+  auto* state = new Interpreter;
+  try {
+    py::dict space;
+    space["__builtins__"] = py::module_::import("builtins");
+    py::exec(kSetup, space);
+    state->render = space["render"];
+    state->jinja_version = py::str(py::module_::import("jinja2").attr("__version__"));
+  } catch (const py::error_already_set& e) {
+    throw protocol::RuntimeError(
+        std::string("cannot set up Jinja2 to render chat templates (Debian's python3-jinja2): ") +
+        e.what());
+  }
+  // Other threads take the interpreter's lock from here on.
+  (void)PyEval_SaveThread();
+  return state;
+}
+
+std::mutex& render_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+Interpreter& interpreter() {
+  static Interpreter* const state = start_interpreter();
+  return *state;
+}
+
+}  // namespace
+
+JinjaRenderer::JinjaRenderer() {
+  (void)interpreter();
+}
+
+JinjaRenderer& JinjaRenderer::instance() {
+  static JinjaRenderer* const renderer = new JinjaRenderer;
+  return *renderer;
+}
+
+std::string JinjaRenderer::render(const std::string& source,
+                                  const nlohmann::ordered_json& variables,
+                                  const RenderLimits& limits) {
+  if (!variables.is_object()) {
+    throw protocol::ValueError("a chat template's variables are a JSON object");
+  }
+  const std::string variables_json = variables.dump();
+  std::lock_guard lock(render_mutex());
+  py::gil_scoped_acquire gil;
+  try {
+    const double seconds = std::chrono::duration<double>(limits.time).count();
+    return interpreter()
+        .render(source, variables_json, seconds, limits.max_chars, limits.max_template_chars)
+        .cast<std::string>();
+  } catch (py::error_already_set& e) {
+    // Jinja2's message, as vLLM answers it (the exception's text). `e` goes while the
+    // interpreter's lock is still held.
+    throw protocol::ValueError(py::str(e.value()));
+  }
+}
+
+std::string JinjaRenderer::jinja_version() {
+  return interpreter().jinja_version;
+}
+
+}  // namespace hotswap::worker
