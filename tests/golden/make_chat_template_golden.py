@@ -11,7 +11,8 @@ Run it from a virtual environment OUTSIDE the repository, never in CI:
 
 It writes tests/golden/chat_template/golden.json: for each case the template, the variables the
 template sees (messages, tools, documents, add_generation_prompt and the keyword arguments, as
-transformers passes them) and either the rendered text or the error's text. The templates are
+transformers passes them) and either the rendered text or the error's text; and conversations
+rendered as the chat route renders them (continue_final_message, reasoning fields). The templates are
 written here, in the styles of the Hub's (ChatML with tools, Llama-3 headers without `-`
 trimming, namespaces, loop controls, `{% generation %}`, `tojson`), so that whitespace control,
 the sandbox and transformers' globals and filters are all exercised.
@@ -103,7 +104,49 @@ CASES = [
 ]
 
 
+# Conversations the way the chat route renders them: continue_final_message (text content, a
+# list of parts, a template that trims the text), reasoning under its three names.
+TRIMMING = """{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}"""
+THINKING = """{% for m in messages %}[{{ m.role }}{% if m.thinking %} thinking={{ m.thinking }}{% endif %}{% if m.reasoning_content %} rc={{ m.reasoning_content }}{% endif %}] {{ m.content }} {{ m | tojson }}
+{% endfor %}"""
+PARTS = """{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{{ p.text }}|{% endfor %}{% endif %};{% endfor %}"""
+
+CONVERSATIONS = [
+    ("continue_text", CHATML_TOOLS, dict(messages=CONVERSATION + [
+        {"role": "assistant", "content": "Four, "}], continue_final_message=True)),
+    ("continue_parts", PARTS, dict(messages=[{"role": "user", "content": "hi"}, {
+        "role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b "}]}],
+        continue_final_message=True)),
+    ("continue_trimmed", TRIMMING, dict(messages=[{"role": "user", "content": "x"}, {
+        "role": "assistant", "content": "open  "}], continue_final_message=True)),
+    ("continue_empty", TRIMMING, dict(messages=[], continue_final_message=True)),
+    ("continue_dropped", "{% for m in messages %}{{ m.role }}{% endfor %}content", dict(messages=[
+        {"role": "assistant", "content": "gone"}], continue_final_message=True)),
+    ("reasoning", THINKING, dict(messages=[{"role": "user", "content": "q"}, {
+        "role": "assistant", "content": "a", "reasoning": "because"}, {
+        "role": "assistant", "thinking": "t", "content": "b", "reasoning_content": "rc"}])),
+]
+
+
+def render_conversation(template, call):
+    call = dict(call)
+    messages = call.pop("messages")
+    try:
+        rendered, _ = render_jinja_template(conversations=[messages], chat_template=template,
+                                            **call)
+        return {"rendered": rendered[0]}
+    except Exception as e:
+        return {"error": str(e)}
+
+
 def main():
+    conversations = []
+    for name, template, call in CONVERSATIONS:
+        case = {"name": name, "template": template, "messages": call["messages"],
+                "continue_final_message": call.get("continue_final_message", False),
+                "add_generation_prompt": call.get("add_generation_prompt", False)}
+        case.update(render_conversation(template, call))
+        conversations.append(case)
     out = []
     for name, template, call in CASES:
         call = dict(call)
@@ -127,9 +170,9 @@ def main():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_template", "golden.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"transformers": transformers.__version__, "jinja2": jinja2.__version__,
-                   "cases": out}, f, ensure_ascii=False, indent=1)
+                   "cases": out, "conversations": conversations}, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    print(f"wrote {len(out)} cases to {path}")
+    print(f"wrote {len(out)} cases and {len(conversations)} conversations to {path}")
 
 
 if __name__ == "__main__":

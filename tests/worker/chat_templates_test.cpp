@@ -1,0 +1,160 @@
+// A model's chat templates, found where transformers and vLLM find them, and conversations
+// rendered to what transformers renders (golden vectors: continue_final_message, reasoning
+// fields; tests/golden/make_chat_template_golden.py).
+#include <boost/test/unit_test.hpp>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.hpp"
+#include "test_support.hpp"
+#include "worker/serving/chat_templates.hpp"
+
+using namespace hotswap;
+using json = nlohmann::ordered_json;
+using testing::TempDir;
+using worker::ChatConversation;
+using worker::ChatTemplates;
+
+namespace {
+
+void write(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+ChatTemplates with_config(const TempDir& dir, const json& tokenizer_config) {
+  write(dir.path / "tokenizer_config.json", tokenizer_config.dump());
+  return ChatTemplates::load(dir.path);
+}
+
+ChatConversation conversation(json messages) {
+  ChatConversation c;
+  c.messages = std::move(messages);
+  return c;
+}
+
+std::string error_of(const ChatTemplates& templates, const ChatConversation& c) {
+  try {
+    templates.render(c);
+  } catch (const protocol::ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(chat_templates)
+
+BOOST_AUTO_TEST_CASE(conversations_render_as_transformers_renders_them) {
+  std::ifstream in(std::string(HOTSWAP_GOLDEN_DIR) + "/chat_template/golden.json");
+  BOOST_REQUIRE(in.good());
+  const json golden = json::parse(in);
+  int cases = 0;
+  for (const auto& c : golden["conversations"]) {
+    TempDir dir;
+    const auto templates = with_config(dir, {{"chat_template", c["template"]}});
+    ChatConversation conversation;
+    conversation.messages = c["messages"];
+    conversation.add_generation_prompt = c["add_generation_prompt"];
+    conversation.continue_final_message = c["continue_final_message"];
+    const std::string name = c["name"];
+    if (c.contains("rendered")) {
+      BOOST_TEST(templates.render(conversation) == c["rendered"].get<std::string>(), name);
+    } else {
+      BOOST_TEST(error_of(templates, conversation) == c["error"].get<std::string>(), name);
+    }
+    ++cases;
+  }
+  BOOST_TEST(cases == 6);
+}
+
+BOOST_AUTO_TEST_CASE(special_tokens_reach_the_template) {
+  TempDir dir;
+  const auto templates = with_config(
+      dir, {{"bos_token", "<s>"},
+            {"eos_token", {{"__type", "AddedToken"}, {"content", "</s>"}, {"lstrip", false}}},
+            {"additional_special_tokens", {"<a>", {{"content", "<b>"}}}},
+            {"chat_template",
+             "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"
+             "{{ additional_special_tokens | join(',') }}"}});
+  BOOST_TEST(templates.render(conversation({{{"role", "user"}, {"content", "hi"}}})) ==
+             "<s>hi</s><a>,<b>");
+}
+
+BOOST_AUTO_TEST_CASE(named_templates_are_chosen_as_transformers_chooses) {
+  TempDir dir;
+  const auto templates =
+      with_config(dir, {{"chat_template",
+                         {{{"name", "default"}, {"template", "plain"}},
+                          {{"name", "tool_use"}, {"template", "tools: {{ tools | length }}"}},
+                          {{"name", "terse"}, {"template", "t"}}}}});
+  ChatConversation c = conversation(json::array());
+  BOOST_TEST(templates.render(c) == "plain");
+  c.tools = json::array({{{"type", "function"}}});
+  BOOST_TEST(templates.render(c) == "tools: 1");
+  c.chat_template = "terse";  // a name
+  BOOST_TEST(templates.render(c) == "t");
+  c.chat_template = "{{ 'own' }}";  // the request's own template
+  BOOST_TEST(templates.render(c) == "own");
+
+  TempDir no_default;
+  const auto two = with_config(
+      no_default, {{"chat_template",
+                    {{{"name", "b"}, {"template", "1"}}, {{"name", "a"}, {"template", "2"}}}}});
+  BOOST_TEST(error_of(two, conversation(json::array())) ==
+             "This model has multiple chat templates with no default specified! Please either "
+             "pass a chat template or the name of the template you wish to use to the "
+             "`chat_template` argument. Available template names are ['a', 'b'].");
+}
+
+BOOST_AUTO_TEST_CASE(chat_template_jinja_and_the_flag_take_precedence) {
+  TempDir dir;
+  write(dir.path / "tokenizer_config.json", json{{"chat_template", "config"}}.dump());
+  write(dir.path / "chat_template.jinja", "file");
+  BOOST_TEST(ChatTemplates::load(dir.path).render(conversation(json::array())) == "file");
+  write(dir.path / "flag.jinja", "flag file");
+  BOOST_TEST(ChatTemplates::load(dir.path, (dir.path / "flag.jinja").string())
+                 .render(conversation(json::array())) == "flag file");
+  // Not a file: the template itself, its escapes decoded as vLLM decodes them.
+  BOOST_TEST(ChatTemplates::load(dir.path, std::string(R"({{ 'a' }}\n\t\u00e9\\)"))
+                 .render(conversation(json::array())) == "a\n\té\\");
+  try {
+    ChatTemplates::load(dir.path, std::string("templates/missing.jinja"));
+    BOOST_FAIL("a path-like template that is no file was taken");
+  } catch (const protocol::ValueError& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               "The supplied chat template (templates/missing.jinja) looks like a file path, but "
+               "it failed to be opened.");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_model_without_a_template_says_so_and_a_request_may_bring_one) {
+  TempDir dir;
+  const auto none = with_config(dir, {{"eos_token", "</s>"}});
+  BOOST_TEST(!none.any());
+  BOOST_TEST(error_of(none, conversation(json::array())) ==
+             "As of transformers v4.44, default chat template is no longer allowed, so you must "
+             "provide a chat template if the tokenizer does not define one.");
+  ChatConversation c = conversation(json::array());
+  c.chat_template = "{{ eos_token }}";
+  BOOST_TEST(none.render(c) == "</s>");
+  // Without tokenizer_config.json at all, the same.
+  TempDir empty;
+  BOOST_TEST(!ChatTemplates::load(empty.path).any());
+}
+
+BOOST_AUTO_TEST_CASE(kwargs_and_documents_are_variables) {
+  TempDir dir;
+  const auto templates = with_config(
+      dir, {{"chat_template",
+             "{{ add_generation_prompt }} {{ enable_thinking }} {{ documents[0].title }}"}});
+  ChatConversation c = conversation(json::array());
+  c.chat_template_kwargs = {{"enable_thinking", false}};
+  c.documents = json::array({{{"title", "T"}, {"text", "x"}}});
+  BOOST_TEST(templates.render(c) == "True False T");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
