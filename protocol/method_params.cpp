@@ -383,9 +383,7 @@ PauseParams PauseParams::from_json(const json& params) {
 TokenizeParams TokenizeParams::from_json(const json& params) {
   TokenizeParams p;
   if (field(params, "messages") != nullptr) {
-    throw ValueError(
-        "tokenize with `messages` needs the model's chat template, which hotswap does not "
-        "render; send the text as `prompt`");
+    throw ValueError("tokenize with `messages` is read by TokenizeChatParams");
   }
   auto prompt = string(params, "prompt");
   if (!prompt) throw ValueError("tokenize needs `prompt`, a string");
@@ -464,6 +462,166 @@ std::string new_version_of(const json& params) {
   auto version = string(params, "new_version");
   if (!version) throw ValueError("Missing 'new_version' in request body");
   return *version;
+}
+
+}  // namespace hotswap::protocol
+
+namespace hotswap::protocol {
+namespace {
+
+// The conversation fields both chat requests share, checked as vLLM checks them.
+ChatConversation read_conversation(const nlohmann::ordered_json& ordered, const json& params) {
+  ChatConversation c;
+  const auto messages = ordered.find("messages");
+  if (messages == ordered.end()) throw ValueError("the request needs `messages`, a list");
+  if (!messages->is_array()) wrong("messages", "a list of messages", params["messages"]);
+  c.messages = *messages;
+  if (auto tools = ordered.find("tools"); tools != ordered.end() && !tools->is_null()) {
+    if (!tools->is_array()) wrong("tools", "a list of tools", params["tools"]);
+    if (tools->empty()) {
+      throw ValueError(
+          "`tools` must not be an empty array. Either provide at least one tool or omit the field "
+          "entirely.");
+    }
+    c.tools = *tools;
+  }
+  if (auto documents = ordered.find("documents");
+      documents != ordered.end() && !documents->is_null()) {
+    if (!documents->is_array()) wrong("documents", "a list of documents", params["documents"]);
+    c.documents = *documents;
+  }
+  c.add_generation_prompt = boolean(params, "add_generation_prompt", c.add_generation_prompt);
+  c.continue_final_message = boolean(params, "continue_final_message", c.continue_final_message);
+  if (c.add_generation_prompt && c.continue_final_message) {
+    throw ValueError(
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+  }
+  c.chat_template = string(params, "chat_template");
+  if (auto kwargs = ordered.find("chat_template_kwargs");
+      kwargs != ordered.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object()) {
+      wrong("chat_template_kwargs", "an object", params["chat_template_kwargs"]);
+    }
+    std::string unexpected;
+    for (const char* key : {"chat_template", "tokenize"}) {
+      if (kwargs->contains(key))
+        unexpected += (unexpected.empty() ? "'" : ", '") + std::string(key) + "'";
+    }
+    if (!unexpected.empty()) {
+      throw ValueError("Found unexpected chat template kwargs from request: {" + unexpected + "}");
+    }
+    // hotswap's rule: the conversation's own variables are the conversation's.
+    for (const char* key : {"messages", "tools", "documents", "add_generation_prompt"}) {
+      if (kwargs->contains(key)) {
+        throw ValueError(std::string("chat_template_kwargs cannot set `") + key +
+                         "`: it is the request's own field");
+      }
+    }
+    c.chat_template_kwargs = *kwargs;
+  }
+  return c;
+}
+
+// The chat fields completions does not have: read here, and left out of what completions reads.
+constexpr std::array<const char*, 15> kChatOnlyFields{"messages",
+                                                      "tools",
+                                                      "tool_choice",
+                                                      "parallel_tool_calls",
+                                                      "documents",
+                                                      "chat_template",
+                                                      "chat_template_kwargs",
+                                                      "add_generation_prompt",
+                                                      "continue_final_message",
+                                                      "echo",
+                                                      "logprobs",
+                                                      "top_logprobs",
+                                                      "max_completion_tokens",
+                                                      "reasoning_effort",
+                                                      "include_reasoning"};
+
+}  // namespace
+
+ChatCompletionParams ChatCompletionParams::from_json(const nlohmann::ordered_json& ordered) {
+  if (!ordered.is_object()) throw ValueError("a chat completion request is a JSON object");
+  const json params(ordered);
+  ChatCompletionParams p;
+  p.conversation = read_conversation(ordered, params);
+
+  const json* choice = field(params, "tool_choice");
+  const std::string tool_choice = choice == nullptr
+                                      ? (p.conversation.tools.is_null() ? "none" : "auto")
+                                  : choice->is_string() ? choice->get<std::string>()
+                                                        : "a named tool";
+  if (choice != nullptr && !choice->is_string() && !choice->is_object()) {
+    throw ValueError("Invalid value for `tool_choice`: " + choice->dump() +
+                     "! Only named tools, \"none\", \"auto\" or \"required\" are supported.");
+  }
+  if (choice != nullptr && choice->is_string() && tool_choice != "none" && tool_choice != "auto" &&
+      tool_choice != "required") {
+    throw ValueError("Invalid value for `tool_choice`: " + tool_choice +
+                     "! Only named tools, \"none\", \"auto\" or \"required\" are supported.");
+  }
+  if (tool_choice != "none" && p.conversation.tools.is_null()) {
+    throw ValueError("When using `tool_choice`, `tools` must be set.");
+  }
+  if (tool_choice == "required" || tool_choice == "a named tool") {
+    throw ValueError("`tool_choice` " + (choice->is_string() ? "\"required\"" : choice->dump()) +
+                     " needs a tool-call parser, which hotswap does not have: use \"auto\" or "
+                     "\"none\" (the tools reach the template; the reply comes back as text)");
+  }
+
+  p.logprobs = boolean(params, "logprobs", p.logprobs);
+  if (const json* top = field(params, "top_logprobs")) {
+    const auto n = as_int64(*top);
+    if (!n || top->is_boolean()) throw ValueError("`top_logprobs` must be an integer.");
+    if (*n < 0 && *n != -1) throw ValueError("`top_logprobs` must be a positive value or -1.");
+    if ((*n == -1 || *n > 0) && !p.logprobs) {
+      throw ValueError("when using `top_logprobs`, `logprobs` must be set to true.");
+    }
+    if (*n == -1 || *n > kMaxLogprobs) {
+      throw ValueError("Requested sample logprobs of " +
+                       (*n == -1 ? std::string("-1 (the whole vocabulary)") : std::to_string(*n)) +
+                       ", which is greater than max allowed: " + std::to_string(kMaxLogprobs));
+    }
+    p.top_logprobs = *n;
+  }
+  p.echo = boolean(params, "echo", p.echo);
+  if (auto effort = string(params, "reasoning_effort")) {
+    // vLLM hands it to the template; a template that reads it decides what it means.
+    if (!p.conversation.chat_template_kwargs.is_object()) {
+      p.conversation.chat_template_kwargs = nlohmann::ordered_json::object();
+    }
+    p.conversation.chat_template_kwargs["reasoning_effort"] = *effort;
+  }
+  boolean(params, "include_reasoning", true);  // no reasoning parser: nothing to leave out
+  boolean(params, "parallel_tool_calls", true);
+
+  // The rest is completions' own: read by CompletionParams, the prompt a placeholder.
+  json completion = params;
+  for (const char* key : kChatOnlyFields)
+    completion.erase(key);
+  const json* max_completion = field(params, "max_completion_tokens");
+  if (max_completion != nullptr) {
+    completion["max_tokens"] = *max_completion;
+  } else if (field(params, "max_tokens") == nullptr) {
+    completion["max_tokens"] = nullptr;  // chat's default: whatever the context leaves
+  }
+  if (p.logprobs) completion["logprobs"] = p.top_logprobs;
+  if (!completion.contains("add_special_tokens")) completion["add_special_tokens"] = false;
+  completion["prompt"] = json::array({0});
+  p.completion = CompletionParams::from_json(completion);
+  p.completion.prompts.clear();
+  return p;
+}
+
+TokenizeChatParams TokenizeChatParams::from_json(const nlohmann::ordered_json& ordered) {
+  if (!ordered.is_object()) throw ValueError("a tokenize request is a JSON object");
+  const json params(ordered);
+  TokenizeChatParams p;
+  p.conversation = read_conversation(ordered, params);
+  p.add_special_tokens = boolean(params, "add_special_tokens", p.add_special_tokens);
+  p.return_token_strs = boolean(params, "return_token_strs", p.return_token_strs);
+  return p;
 }
 
 }  // namespace hotswap::protocol

@@ -52,8 +52,7 @@ struct GenerateParams : SamplingFields {
 };
 
 // `tokenize {prompt, add_special_tokens, return_token_strs}`: vLLM's TokenizeCompletionRequest
-// (its `model` field is accepted and not checked; chat `messages` need a chat template, which
-// hotswap does not render).
+// (its `model` field is accepted and not checked). With `messages`, TokenizeChatParams.
 struct TokenizeParams {
   std::string prompt;
   bool add_special_tokens = true;
@@ -109,6 +108,45 @@ struct CompletionParams : SamplingFields {
   std::vector<std::string> ignored_fields;
 
   static CompletionParams from_json(const nlohmann::json& params);
+};
+
+// What a chat template renders (the fields of vLLM's chat requests of the same names). Kept as
+// the request ordered its keys: a template's `tojson` writes a tool schema in that order.
+struct ChatConversation {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;      // null, or a non-empty list of tool schemas
+  nlohmann::ordered_json documents;  // null, or a list of {title, text, ...}
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  std::optional<std::string> chat_template;     // the request's own template, or a name of one
+  nlohmann::ordered_json chat_template_kwargs;  // null, or an object of extra variables
+};
+
+// `chat_completions`: vLLM's ChatCompletionRequest (POST /v1/chat/completions). What it shares
+// with completions is read exactly as completions reads it (`completion`, whose prompt the
+// worker fills with the rendered conversation); the rest is the conversation and chat's own
+// logprobs, echo and tool fields. Tool definitions reach the template; with no tool parser,
+// `tool_choice` other than "none" and "auto" is refused by name.
+struct ChatCompletionParams {
+  static constexpr std::int64_t kMaxLogprobs = CompletionParams::kMaxLogprobs;
+
+  CompletionParams completion;  // prompts empty
+  ChatConversation conversation;
+  bool logprobs = false;
+  std::int64_t top_logprobs = 0;  // alternatives per token, with logprobs
+  bool echo = false;              // the last message's content first, when it is the reply's role
+
+  static ChatCompletionParams from_json(const nlohmann::ordered_json& params);
+};
+
+// `tokenize` with `messages`: vLLM's TokenizeChatRequest (the conversation as the chat route
+// renders it, special tokens not added by default).
+struct TokenizeChatParams {
+  ChatConversation conversation;
+  bool add_special_tokens = false;
+  bool return_token_strs = false;
+
+  static TokenizeChatParams from_json(const nlohmann::ordered_json& params);
 };
 
 // `models`: GET /v1/models takes nothing.

@@ -66,6 +66,11 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
       ->check(CLI::Range(std::size_t(1), std::size_t(1) << 24));
   app.add_option("--served-model-name", o.served_model_name,
                  "the model name the OpenAI-compatible routes answer to (default: --model)");
+  app.add_option("--chat-template", o.chat_template,
+                 "the chat template of /v1/chat/completions: a file, or the template itself "
+                 "(default: the model's chat_template.jinja or tokenizer_config.json's)");
+  app.add_flag("--trust-request-chat-template", o.trust_request_chat_template,
+               "render a request's own `chat_template` (refused otherwise, as vLLM)");
   app.add_option("--max-num-seqs", o.max_num_seqs,
                  "most sequences in one generation step (continuous batching)")
       ->capture_default_str()

@@ -36,6 +36,10 @@ struct WorkerOptions {
   std::size_t max_queued_requests = 4096;
   bool skip_tokenizer_init = false;           // vLLM's flag: no tokenizer, token ids only
   std::string served_model_name;              // the `model` of the OpenAI routes; empty: --model
+  // vLLM's --chat-template (a file, or the template itself) over the model's own; and whether a
+  // request's `chat_template` is rendered (vLLM's --trust-request-chat-template: refused else).
+  std::optional<std::string> chat_template;
+  bool trust_request_chat_template = false;
   std::size_t max_num_seqs = 64;              // sequences in one generation step
   std::size_t max_num_batched_tokens = 2048;  // tokens computed in one generation step
   // The paged KV cache: positions per block, and the bytes its blocks may take (per rank).

@@ -35,9 +35,11 @@ ChatConversation conversation(json messages) {
   return c;
 }
 
-std::string error_of(const ChatTemplates& templates, const ChatConversation& c) {
+// The ValueError's message of render() (apply(), with `as_given`), or "" where it renders.
+std::string error_of(const ChatTemplates& templates, const ChatConversation& c,
+                     bool as_given = false) {
   try {
-    templates.render(c);
+    as_given ? templates.apply(c) : templates.render(c);
   } catch (const protocol::ValueError& e) {
     return e.what();
   }
@@ -62,9 +64,9 @@ BOOST_AUTO_TEST_CASE(conversations_render_as_transformers_renders_them) {
     conversation.continue_final_message = c["continue_final_message"];
     const std::string name = c["name"];
     if (c.contains("rendered")) {
-      BOOST_TEST(templates.render(conversation) == c["rendered"].get<std::string>(), name);
+      BOOST_TEST(templates.apply(conversation) == c["rendered"].get<std::string>(), name);
     } else {
-      BOOST_TEST(error_of(templates, conversation) == c["error"].get<std::string>(), name);
+      BOOST_TEST(error_of(templates, conversation, true) == c["error"].get<std::string>(), name);
     }
     ++cases;
   }
@@ -155,6 +157,58 @@ BOOST_AUTO_TEST_CASE(kwargs_and_documents_are_variables) {
   c.chat_template_kwargs = {{"enable_thinking", false}};
   c.documents = json::array({{{"title", "T"}, {"text", "x"}}});
   BOOST_TEST(templates.render(c) == "True False T");
+}
+
+// What vLLM's chat_utils hands the template: text content for a template that prints it, a list
+// of text parts for one that loops over them (vLLM's "auto" content format).
+BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
+  const json messages = {
+      {{"role", "user"},
+       {"content",
+        {{{"type", "text"}, {"text", "a"}}, "b", {{"type", "input_text"}, {"text", "c"}}}},
+       {"name", "ann"}},
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"reasoning_content", "why"},
+       {"tool_calls",
+        {{{"id", "1"},
+          {"type", "function"},
+          {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}},
+         {{"id", "2"},
+          {"type", "function"},
+          {"function", {{"name", "g"}, {"arguments", "[oops"}}}}}}},
+      {{"role", "tool"},
+       {"tool_call_id", "1"},
+       {"content", {{{"type", "text"}, {"text", "r1"}}, "r2"}}}};
+  TempDir text_dir;
+  const auto text = with_config(text_dir, {{"chat_template", "{{ messages | tojson }}"}});
+  BOOST_TEST(json::parse(text.render(conversation(messages))) ==
+             json::parse(R"([{"role": "user", "content": "a\nb\nc", "name": "ann"},
+                             {"thinking": "why", "role": "assistant", "content": "",
+                              "tool_calls": [{"id": "1", "type": "function",
+                                              "function": {"name": "f", "arguments": {"x": 1}}},
+                                             {"id": "2", "type": "function",
+                                              "function": {"name": "g", "arguments": {}}}],
+                              "reasoning": "why", "reasoning_content": "why"},
+                             {"role": "tool", "content": "r1\nr2", "tool_call_id": "1"}])"));
+  TempDir parts_dir;
+  const auto parts = with_config(
+      parts_dir, {{"chat_template",
+                   "{% set loop_messages = messages[0:] %}{% for m in loop_messages %}"
+                   "{% for p in m['content'] %}[{{ p.text }}]{% endfor %}{% endfor %}"}});
+  // The assistant's content is an empty list; the tool's reply stays text, so the loop walks its
+  // five characters.
+  BOOST_TEST(parts.render(conversation(messages)) == "[a][b][c][][][][][]");
+
+  BOOST_TEST(error_of(text, conversation(
+                                {{{"role", "user"},
+                                  {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}})) ==
+             "Unsupported chat content part type: 'image_url' in messages[0]. hotswap's models "
+             "take text: parts of type text, input_text, output_text, refusal or thinking");
+  BOOST_TEST(error_of(text, conversation({{{"content", "x"}}})) ==
+             "messages[0] needs a `role`, a string");
+  BOOST_TEST(error_of(text, conversation({"hello"})) ==
+             "messages[0] is not a message (an object with a `role`): \"hello\"");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

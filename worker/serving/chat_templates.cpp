@@ -224,7 +224,126 @@ const std::string& ChatTemplates::select(const ChatConversation& c) const {
       names + "].");
 }
 
+namespace {
+
+// The text of a content part vLLM reads as text, or nullopt for one it skips (a null text).
+// Parts of other kinds (images, audio) are refused: hotswap's models take text.
+std::optional<std::string> part_text(const ordered_json& part, std::size_t m) {
+  if (part.is_string()) return part.get<std::string>();
+  const std::string where = "messages[" + std::to_string(m) + "]";
+  if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+    throw protocol::ValueError("a content part of " + where +
+                               " is neither text nor an object with a `type`: " + part.dump());
+  }
+  const std::string type = part["type"];
+  const char* key = type == "text" || type == "input_text" || type == "output_text" ? "text"
+                    : type == "refusal"                                             ? "refusal"
+                    : type == "thinking"                                            ? "thinking"
+                                                                                    : nullptr;
+  if (key == nullptr) {
+    throw protocol::ValueError("Unsupported chat content part type: '" + type + "' in " + where +
+                               ". hotswap's models take text: parts of type text, input_text, "
+                               "output_text, refusal or thinking");
+  }
+  auto text = part.find(key);
+  if (text == part.end() || text->is_null()) return std::nullopt;
+  if (!text->is_string()) {
+    throw protocol::ValueError("the `" + std::string(key) + "` of a content part of " + where +
+                               " is not a string: " + text->dump());
+  }
+  return text->get<std::string>();
+}
+
+std::string joined(const std::vector<std::string>& texts) {
+  std::string out;
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    out += (i == 0 ? "" : "\n") + texts[i];
+  return out;
+}
+
+// One message as vLLM's chat_utils hands it to transformers.
+ordered_json conversation_message(const ordered_json& message, std::size_t m, bool parts_as_list) {
+  const std::string where = "messages[" + std::to_string(m) + "]";
+  if (!message.is_object()) {
+    throw protocol::ValueError(where +
+                               " is not a message (an object with a `role`): " + message.dump());
+  }
+  auto role = message.find("role");
+  if (role == message.end() || !role->is_string()) {
+    throw protocol::ValueError(where + " needs a `role`, a string");
+  }
+  std::vector<std::string> texts;
+  if (auto content = message.find("content"); content != message.end() && !content->is_null()) {
+    if (content->is_string()) {
+      texts.push_back(content->get<std::string>());
+    } else if (content->is_array()) {
+      for (const auto& part : *content) {
+        if (auto text = part_text(part, m)) texts.push_back(std::move(*text));
+      }
+    } else {
+      throw protocol::ValueError("the `content` of " + where +
+                                 " is neither text nor a list of parts: " + content->dump());
+    }
+  }
+  ordered_json out = {{"role", *role}};
+  // A tool's reply is text even for a template that takes parts.
+  if (parts_as_list && *role != "tool") {
+    ordered_json parts = ordered_json::array();
+    for (auto& text : texts)
+      parts.push_back({{"type", "text"}, {"text", std::move(text)}});
+    out["content"] = std::move(parts);
+  } else {
+    out["content"] = joined(texts);
+  }
+  if (auto calls = message.find("tool_calls");
+      *role == "assistant" && calls != message.end() && calls->is_array() && !calls->empty()) {
+    ordered_json parsed = *calls;
+    // A call's arguments reach the template as an object: JSON text is parsed, and what is not
+    // an object or a list (or not JSON) becomes {}.
+    for (auto& call : parsed) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      auto& function = call["function"];
+      auto arguments = function.find("arguments");
+      if (arguments == function.end() || !arguments->is_string()) continue;
+      ordered_json value = ordered_json::parse(arguments->get<std::string>(), nullptr, false);
+      *arguments = value.is_object() || value.is_array() ? value : ordered_json::object();
+    }
+    out["tool_calls"] = std::move(parsed);
+  }
+  const ordered_json* reasoning = nullptr;
+  for (const char* name : {"reasoning", "reasoning_content"}) {
+    if (auto it = message.find(name); it != message.end() && !it->is_null()) {
+      reasoning = &*it;
+      break;
+    }
+  }
+  if (*role == "assistant" && reasoning != nullptr) {
+    out["reasoning"] = *reasoning;
+    out["reasoning_content"] = *reasoning;
+  }
+  if (auto id = message.find("tool_call_id"); *role == "tool" && id != message.end()) {
+    out["tool_call_id"] = *id;
+  }
+  if (auto name = message.find("name"); name != message.end() && name->is_string()) {
+    out["name"] = *name;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ChatTemplates::render(const ChatConversation& c, const RenderLimits& limits) const {
+  if (!c.messages.is_array()) throw protocol::ValueError("`messages` must be a list of messages");
+  const bool parts_as_list = JinjaRenderer::instance().iterates_over_content(select(c));
+  ChatConversation converted = c;
+  converted.messages = ordered_json::array();
+  for (std::size_t m = 0; m < c.messages.size(); ++m)
+    converted.messages.push_back(conversation_message(c.messages[m], m, parts_as_list));
+  return apply(converted, limits);
+}
+
+std::string ChatTemplates::apply(const ChatConversation& c, const RenderLimits& limits) const {
   const std::string& source = select(c);
   if (!c.messages.is_array()) throw protocol::ValueError("`messages` must be a list of messages");
   ordered_json messages = ordered_json::array();

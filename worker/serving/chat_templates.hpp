@@ -9,7 +9,7 @@
 // The template sees the conversation, `tools`, `documents`, `add_generation_prompt`, the
 // tokenizer's special tokens (bos_token, eos_token, ...) and the request's
 // `chat_template_kwargs`; `continue_final_message` leaves the last message open, as transformers
-// cuts it.
+// cuts it. Messages reach the template as vLLM hands them to transformers (render()).
 #pragma once
 
 #include <filesystem>
@@ -19,20 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/method_params.hpp"
 #include "worker/serving/jinja_renderer.hpp"
 
 namespace hotswap::worker {
 
-// What a conversation renders with (vLLM's ChatCompletionRequest fields of the same names).
-struct ChatConversation {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;      // null, or a list of tool schemas
-  nlohmann::ordered_json documents;  // null, or a list of {title, text, ...}
-  bool add_generation_prompt = true;
-  bool continue_final_message = false;
-  std::optional<std::string> chat_template;     // the request's own, or one of the names
-  nlohmann::ordered_json chat_template_kwargs;  // null, or an object of extra variables
-};
+using protocol::ChatConversation;
 
 class ChatTemplates {
  public:
@@ -46,9 +38,16 @@ class ChatTemplates {
   bool any() const { return !templates_.empty(); }
   // The template a conversation renders with; ValueError with vLLM's message when there is none.
   const std::string& select(const ChatConversation& conversation) const;
-  // The prompt text of `conversation`. ValueError for a conversation the template refuses
-  // (raise_exception), a template error, or a continue_final_message transformers cannot cut.
+  // The prompt text of a request's conversation, as vLLM renders it: each message converted as
+  // its chat_utils converts it (content text, or a list of text parts for a template that loops
+  // over them; tool calls' JSON arguments parsed; reasoning under `reasoning` and
+  // `reasoning_content`), then apply(). ValueError for a message that is not one (no role, a
+  // part that is not text), and as apply().
   std::string render(const ChatConversation& conversation, const RenderLimits& limits = {}) const;
+  // transformers' apply_chat_template on the messages as they are: ValueError for a
+  // conversation the template refuses (raise_exception), a template error, or a
+  // continue_final_message transformers cannot cut.
+  std::string apply(const ChatConversation& conversation, const RenderLimits& limits = {}) const;
 
   // The variables the template sees besides the conversation's: bos_token, eos_token, ...
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }

@@ -127,6 +127,49 @@ _environment.globals["dict"] = _Dict()
 _environment.globals["namespace"] = _Namespace
 
 _compiled = {}  # source -> template, the last few
+_content_loops = {}  # source -> whether it loops over a message's content, the last few
+
+
+def iterates_over_content(source):
+    # vLLM's "auto" content format: a template that loops over a message's content
+    # ({% for part in message['content'] %}, the message being a loop variable over `messages`
+    # or over a name set to it or to a slice of it) takes the parts as a list; any other, text.
+    known = _content_loops.get(source)
+    if known is not None:
+        return known
+    try:
+        tree = _environment.parse(source)
+    except TemplateError:
+        return False
+    nodes = jinja2.nodes
+
+    def is_messages(node, aliases):
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            node = node.node
+        return isinstance(node, nodes.Name) and node.name in aliases
+
+    aliases = {"messages"}
+    for assign in tree.find_all(nodes.Assign):
+        if isinstance(assign.target, nodes.Name) and is_messages(assign.node, aliases):
+            aliases.add(assign.target.name)
+    loops = list(tree.find_all(nodes.For))
+    message_names = {loop.target.name for loop in loops
+                     if isinstance(loop.target, nodes.Name) and is_messages(loop.iter, aliases)}
+
+    def is_content(node):
+        if isinstance(node, nodes.Getitem):
+            return (isinstance(node.node, nodes.Name) and node.node.name in message_names
+                    and isinstance(node.arg, nodes.Const) and node.arg.value == "content")
+        if isinstance(node, nodes.Getattr):
+            return (isinstance(node.node, nodes.Name) and node.node.name in message_names
+                    and node.attr == "content")
+        return False
+
+    found = any(is_content(loop.iter) for loop in loops)
+    if len(_content_loops) >= 8:
+        _content_loops.pop(next(iter(_content_loops)))
+    _content_loops[source] = found
+    return found
 
 
 def render(source, variables_json, seconds, max_chars, max_template_chars):
@@ -169,6 +212,7 @@ def render(source, variables_json, seconds, max_chars, max_template_chars):
 // finalized, and Python objects must not be released without it.
 struct Interpreter {
   py::object render;
+  py::object iterates_over_content;
   std::string jinja_version;
 };
 
@@ -194,6 +238,7 @@ Interpreter* start_interpreter() {
     space["__builtins__"] = py::module_::import("builtins");
     py::exec(kSetup, space);
     state->render = space["render"];
+    state->iterates_over_content = space["iterates_over_content"];
     state->jinja_version = py::str(py::module_::import("jinja2").attr("__version__"));
   } catch (const py::error_already_set& e) {
     throw protocol::RuntimeError(
@@ -243,6 +288,16 @@ std::string JinjaRenderer::render(const std::string& source,
   } catch (py::error_already_set& e) {
     // Jinja2's message, as vLLM answers it (the exception's text). `e` goes while the
     // interpreter's lock is still held.
+    throw protocol::ValueError(py::str(e.value()));
+  }
+}
+
+bool JinjaRenderer::iterates_over_content(const std::string& source) {
+  std::lock_guard lock(render_mutex());
+  py::gil_scoped_acquire gil;
+  try {
+    return interpreter().iterates_over_content(source).cast<bool>();
+  } catch (py::error_already_set& e) {
     throw protocol::ValueError(py::str(e.value()));
   }
 }

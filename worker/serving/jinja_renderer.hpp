@@ -40,6 +40,11 @@ class JinjaRenderer {
   std::string render(const std::string& source, const nlohmann::ordered_json& variables,
                      const RenderLimits& limits = {});
 
+  // Whether `source` loops over a message's content (`{% for part in message['content'] %}`),
+  // and so takes it as a list of parts rather than text: vLLM's "auto" content format. A
+  // template that does not parse takes text.
+  bool iterates_over_content(const std::string& source);
+
   // The Jinja2 the renderer runs, e.g. "3.1.2".
   std::string jinja_version();
 
