@@ -36,7 +36,7 @@ endfunction()
 function(hotswap_install_package)
   # The warning flags travel with static libraries' link interfaces; harmless when shared.
   install(TARGETS hotswap_warnings EXPORT hotswapTargets)
-  install(TARGETS hotswap_worker_serving hotswap_worker hotswap_worker_frontends
+  install(TARGETS hotswap_jinja hotswap_worker_serving hotswap_worker hotswap_worker_frontends
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(TARGETS hotswap-worker hotswap-launch hotswap-trainer hotswap-make-model
                   hotswap-generate

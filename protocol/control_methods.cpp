@@ -40,13 +40,20 @@ void generate(const json& params) {
   GenerateParams::from_json(params);
 }
 void tokenize(const json& params) {
-  TokenizeParams::from_json(params);
+  if (params.is_object() && params.contains("messages")) {
+    TokenizeChatParams::from_json(nlohmann::ordered_json(params));
+  } else {
+    TokenizeParams::from_json(params);
+  }
 }
 void detokenize(const json& params) {
   DetokenizeParams::from_json(params);
 }
 void completions(const json& params) {
   CompletionParams::from_json(params);
+}
+void chat_completions(const json& params) {
+  ChatCompletionParams::from_json(nlohmann::ordered_json(params));
 }
 
 // A weight-transfer call: a POST with a JSON body, long, counted under `operation`.
@@ -100,10 +107,35 @@ const std::vector<ControlMethod>& control_methods() {
       {kWeightChecker, V::kPost, "/weight_checker", {}, true, true, false, "", weight_checker},
       {kGenerate, V::kPost, "/generate", {}, true, true, true, "", generate},
       // A prompt may be megabytes of text: off the socket's thread.
-      {kTokenize, V::kPost, "/tokenize", {}, true, true, false, "", tokenize, true},
+      {kTokenize,
+       V::kPost,
+       "/tokenize",
+       {},
+       true,
+       true,
+       false,
+       "",
+       tokenize,
+       true,
+       false,
+       {},
+       true},
       {kDetokenize, V::kPost, "/detokenize", {}, true, true, false, "", detokenize, true},
       // vLLM's OpenAI-compatible server.
       {kCompletions, V::kPost, "/v1/completions", {}, true, true, true, "", completions, true},
+      {kChatCompletions,
+       V::kPost,
+       "/v1/chat/completions",
+       {},
+       true,
+       true,
+       true,
+       "",
+       chat_completions,
+       true,
+       false,
+       {},
+       true},
       {kModels, V::kGet, "/v1/models", {}, false, false, false, "", any_object, true},
       {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object, false, true},
       {kMetrics,
@@ -166,7 +198,8 @@ json control_methods_json() {
                    {"http_content_type",
                     m.http_content_type.empty() ? json(nullptr) : json(m.http_content_type)},
                    {"metric_operation",
-                    m.metric_operation.empty() ? json(nullptr) : json(m.metric_operation)}});
+                    m.metric_operation.empty() ? json(nullptr) : json(m.metric_operation)},
+                   {"keeps_key_order", m.keeps_key_order}});
   }
   return {{"methods", out}};
 }

@@ -32,8 +32,9 @@ inline constexpr std::string_view kWeightChecker = "weight_checker";
 inline constexpr std::string_view kGenerate = "generate";
 inline constexpr std::string_view kTokenize = "tokenize";
 inline constexpr std::string_view kDetokenize = "detokenize";
-inline constexpr std::string_view kCompletions = "completions";  // POST /v1/completions
-inline constexpr std::string_view kModels = "models";            // GET /v1/models
+inline constexpr std::string_view kCompletions = "completions";           // POST /v1/completions
+inline constexpr std::string_view kChatCompletions = "chat_completions";  // /v1/chat/completions
+inline constexpr std::string_view kModels = "models";                     // GET /v1/models
 inline constexpr std::string_view kHealth = "health";
 inline constexpr std::string_view kMetrics = "metrics";  // GET /metrics
 inline constexpr std::string_view kShutdown = "shutdown";
@@ -69,6 +70,10 @@ struct ControlMethod {
   // The HTTP body's media type where it is not JSON: the route answers the result's "text"
   // (/metrics: Prometheus' text format), the ZeroMQ method the result itself.
   std::string_view http_content_type = {};
+  // Its params reach it with their keys in the order the client wrote them (a chat
+  // conversation: a template's `tojson` writes a tool schema as it was sent); the frontends
+  // parse its body as nlohmann::ordered_json and call WorkerService::call_ordered.
+  bool keeps_key_order = false;
 };
 
 // Every method, in the order docs/architecture.md lists them.

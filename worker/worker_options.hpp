@@ -34,8 +34,8 @@ struct WorkerOptions {
   std::string api_key;                  // HTTP: Authorization: Bearer <key> (or VLLM_API_KEY)
   std::size_t max_request_bytes = 64u << 20;
   std::size_t max_queued_requests = 4096;
-  bool skip_tokenizer_init = false;           // vLLM's flag: no tokenizer, token ids only
-  std::string served_model_name;              // the `model` of the OpenAI routes; empty: --model
+  bool skip_tokenizer_init = false;  // vLLM's flag: no tokenizer, token ids only
+  std::string served_model_name;     // the `model` of the OpenAI routes; empty: --model
   // vLLM's --chat-template (a file, or the template itself) over the model's own; and whether a
   // request's `chat_template` is rendered (vLLM's --trust-request-chat-template: refused else).
   std::optional<std::string> chat_template;

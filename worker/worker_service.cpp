@@ -86,6 +86,8 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
     }
   }
 
+  chat_templates_ = ChatTemplates::load(options.model, options.chat_template);
+
   std::unique_ptr<receiver::WeightTransferEngine> engine;
   if (options.weight_transfer_config) {
     auto config = protocol::WeightTransferConfig::from_json(*options.weight_transfer_config);
@@ -292,22 +294,19 @@ void WorkerService::bind_handlers() {
        [this](Params params, Gone caller_gone) { return generate(params, caller_gone); }},
       {m::kTokenize,
        [this](Params params, Gone caller_gone) -> json {
-         // vLLM's TokenizeResponse. No context limit, as vLLM's; a client that leaves (or a
-         // worker that stops) ends the work.
-         auto request = protocol::TokenizeParams::from_json(params);
-         const auto ids =
-             *tokenizer().encode_within(request.prompt, request.add_special_tokens,
-                                        std::numeric_limits<std::size_t>::max(), caller_gone);
-         json strs = nullptr;
-         if (request.return_token_strs) {
-           strs = json::array();
-           for (auto id : ids)
-             strs.push_back(*tokenizer().id_to_token(id));
+         // Reached without the client's key order (call()): a conversation's is lost.
+         if (params.contains("messages")) {
+           return call_ordered(std::string(m::kTokenize), nlohmann::ordered_json(params),
+                               caller_gone);
          }
-         return {{"count", ids.size()},
-                 {"max_model_len", model_->config().max_position_embeddings},
-                 {"tokens", ids},
-                 {"token_strs", strs}};
+         auto request = protocol::TokenizeParams::from_json(params);
+         return tokenize_text(request.prompt, request.add_special_tokens, request.return_token_strs,
+                              caller_gone);
+       }},
+      {m::kChatCompletions,
+       [this](Params params, Gone caller_gone) -> json {
+         return json(
+             start_whole_chat_completion(nlohmann::ordered_json(params))->wait(caller_gone));
        }},
       {m::kDetokenize,
        [this](Params params, Gone) -> json {
@@ -431,6 +430,67 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
 std::shared_ptr<CompletionRun> WorkerService::start_completion(
     const json& params, const std::function<bool()>& caller_gone) {
   return completions_->start(params, caller_gone);
+}
+
+std::shared_ptr<CompletionRun> WorkerService::start_chat_completion(
+    const nlohmann::ordered_json& params, const std::function<bool()>& caller_gone) {
+  return completions_->start_chat(protocol::ChatCompletionParams::from_json(params),
+                                  chat_templates_, options_.trust_request_chat_template,
+                                  caller_gone);
+}
+
+std::shared_ptr<CompletionRun> WorkerService::start_whole_chat_completion(
+    const nlohmann::ordered_json& params) {
+  if (params.is_object() && params.value("stream", false) == true) {
+    throw protocol::ValueError(
+        "`stream: true` is served on the HTTP route /v1/chat/completions (server-sent events); "
+        "over ZeroMQ a chat completion comes back whole");
+  }
+  return start_chat_completion(params);
+}
+
+json WorkerService::call_ordered(const std::string& method, const nlohmann::ordered_json& params,
+                                 const std::function<bool()>& caller_gone) {
+  namespace m = protocol::methods;
+  const bool chat = method == m::kChatCompletions;
+  const bool chat_tokenize =
+      method == m::kTokenize && params.is_object() && params.contains("messages");
+  if (!chat && !chat_tokenize) return call(method, json(params), caller_gone);
+  try {
+    if (chat) return json(start_whole_chat_completion(params)->wait(caller_gone));
+    // vLLM's TokenizeChatRequest: the conversation as the chat route renders it.
+    auto request = protocol::TokenizeChatParams::from_json(params);
+    if (request.conversation.chat_template && !options_.trust_request_chat_template) {
+      throw protocol::ValueError(
+          "Chat template is passed with request, but --trust-request-chat-template is not set. "
+          "Refused request with untrusted chat template.");
+    }
+    return tokenize_text(chat_templates_.render(request.conversation), request.add_special_tokens,
+                         request.return_token_strs, caller_gone);
+  } catch (const protocol::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw protocol::RuntimeError(transport::one_line_cause(e));
+  }
+}
+
+json WorkerService::tokenize_text(const std::string& text, bool add_special_tokens,
+                                  bool return_token_strs,
+                                  const std::function<bool()>& caller_gone) {
+  // vLLM's TokenizeResponse. No context limit, as vLLM's; a client that leaves (or a worker that
+  // stops) ends the work.
+  const auto ids = *tokenizer().encode_within(text, add_special_tokens,
+                                              std::numeric_limits<std::size_t>::max(), caller_gone);
+  json strs = nullptr;
+  if (return_token_strs) {
+    strs = json::array();
+    for (auto id : ids)
+      strs.push_back(*tokenizer().id_to_token(id));
+  }
+  return {{"count", ids.size()},
+          {"max_model_len", model_->config().max_position_embeddings},
+          {"tokens", ids},
+          {"token_strs", strs}};
 }
 
 std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json& params) {

@@ -64,6 +64,16 @@ class WorkerService {
                                                   const std::function<bool()>& caller_gone = {});
   // The same, for callers that answer it whole (ZeroMQ): `stream: true` is a ValueError.
   std::shared_ptr<CompletionRun> start_whole_completion(const nlohmann::json& params);
+  // POST /v1/chat/completions: the conversation rendered by the model's chat template, then as
+  // start_completion. `params` as the client ordered its keys.
+  std::shared_ptr<CompletionRun> start_chat_completion(
+      const nlohmann::ordered_json& params, const std::function<bool()>& caller_gone = {});
+  // The same, answered whole (ZeroMQ): `stream: true` is a ValueError.
+  std::shared_ptr<CompletionRun> start_whole_chat_completion(const nlohmann::ordered_json& params);
+  // A method whose params keep the client's key order (ControlMethod::keeps_key_order: chat
+  // completions, tokenize with messages); any other method as call().
+  nlohmann::json call_ordered(const std::string& method, const nlohmann::ordered_json& params,
+                              const std::function<bool()>& caller_gone = {});
   // GET /v1/models.
   nlohmann::ordered_json models() const { return completions_->models(); }
 
@@ -112,7 +122,12 @@ class WorkerService {
   std::unique_ptr<WeightUpdateController> controller_;
   ServingMetrics metrics_;  // before the scheduler, which records into it
   std::unique_ptr<GenerationScheduler> scheduler_;
+  // /tokenize's answer for `text` (a prompt, or a rendered conversation).
+  nlohmann::json tokenize_text(const std::string& text, bool add_special_tokens,
+                               bool return_token_strs, const std::function<bool()>& caller_gone);
+
   std::unique_ptr<CompletionService> completions_;
+  ChatTemplates chat_templates_;  // the model's, or --chat-template
   std::unique_ptr<WeightChecker> checker_;
   std::map<std::string_view, Handler> handlers_;
   std::string backend_;

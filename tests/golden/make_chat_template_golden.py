@@ -47,6 +47,19 @@ CHATML_TOOLS = """{%- if tools %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
 """
 
+# The same without the loop over a list content: vLLM hands such a template text content (its
+# "string" format), as transformers is handed it here.
+CHATML_TEXT = CHATML_TOOLS.replace(
+    """{%- elif message.content is string %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\\n' }}{% for part in message.content %}{% if part.type == 'text' %}{{ part.text }}{% endif %}{% endfor %}{{ '<|im_end|>\\n' }}
+{%- endif %}""",
+    """{%- else %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+{%- endif %}""")
+assert CHATML_TEXT != CHATML_TOOLS
+
 LLAMA3_STYLE = """{{ bos_token }}{% for message in messages %}
 {% if message['role'] not in ['system', 'user', 'assistant'] %}{{ raise_exception('Conversation roles must be system, user or assistant') }}{% endif %}
   {% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}
@@ -139,6 +152,24 @@ def render_conversation(template, call):
         return {"error": str(e)}
 
 
+# A conversation as the chat route tokenizes it: the template's text, encoded without special
+# tokens added, by transformers with the qwen2 golden tokenizer (tests/golden/tokenizer/qwen2).
+TOKENIZED = dict(template=CHATML_TEXT, messages=[
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is 2 + 2? Ünïcode too."}], tools=TOOLS,
+    add_generation_prompt=True)
+
+
+def tokenized():
+    from transformers import PreTrainedTokenizerFast
+    here = os.path.dirname(os.path.abspath(__file__))
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(here, "tokenizer", "qwen2", "tokenizer.json"))
+    text = tok.apply_chat_template(TOKENIZED["messages"], tools=TOKENIZED["tools"],
+                                   chat_template=TOKENIZED["template"],
+                                   add_generation_prompt=True, tokenize=False)
+    return dict(TOKENIZED, text=text, ids=tok.encode(text, add_special_tokens=False))
+
+
 def main():
     conversations = []
     for name, template, call in CONVERSATIONS:
@@ -170,7 +201,8 @@ def main():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_template", "golden.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"transformers": transformers.__version__, "jinja2": jinja2.__version__,
-                   "cases": out, "conversations": conversations}, f, ensure_ascii=False, indent=1)
+                   "cases": out, "conversations": conversations, "tokenized": tokenized()}, f,
+                  ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"wrote {len(out)} cases and {len(conversations)} conversations to {path}")
 

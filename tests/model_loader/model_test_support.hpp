@@ -62,6 +62,16 @@ inline model_loader::ModelConfig tiny_config(std::string_view arch,
   return model_loader::ModelConfig::from_json(c.to_json());
 }
 
+// A tiny Qwen2 whose vocabulary holds the golden qwen2 tokenizer's ids
+// (tests/golden/tokenizer/qwen2), with room for prompts of a few hundred tokens: for the tests
+// that serve text.
+inline model_loader::ModelConfig tiny_text_config() {
+  auto c = tiny_config(model_loader::architectures::kQwen2);
+  c.vocab_size = 512;
+  c.max_position_embeddings = 512;
+  return c;
+}
+
 // A synthetic checkpoint in a fresh directory.
 struct CheckpointDir {
   TempDir dir;

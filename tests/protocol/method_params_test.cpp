@@ -2,6 +2,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -79,7 +80,7 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
   HOTSWAP_CHECK_THROW_MSG(validate_params("abort_requests", {{"request_ids", {"a", 1}}}),
                           ValueError, "request_ids");
   BOOST_CHECK_NO_THROW(validate_params("abort_requests", {{"request_ids", {"cmpl-a-0"}}}));
-  BOOST_TEST(method_names().size() == 22u);
+  BOOST_TEST(method_names().size() == 23u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -151,6 +152,76 @@ BOOST_AUTO_TEST_CASE(bad_requests_get_vllms_messages) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+BOOST_AUTO_TEST_SUITE(chat_params)
+
+nlohmann::ordered_json chat(nlohmann::ordered_json extra = nlohmann::ordered_json::object()) {
+  nlohmann::ordered_json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  for (auto& [key, value] : extra.items())
+    body[key] = value;
+  return body;
+}
+
+BOOST_AUTO_TEST_CASE(reads_vllms_defaults_and_keeps_the_conversations_key_order) {
+  auto p = ChatCompletionParams::from_json(chat(
+      {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"description", "d"}}}}}}}));
+  BOOST_TEST(!p.completion.max_tokens.has_value());  // chat's default: what the context leaves
+  BOOST_TEST(!p.completion.add_special_tokens);
+  BOOST_TEST(p.conversation.add_generation_prompt);
+  BOOST_TEST(p.completion.prompts.empty());
+  BOOST_TEST(p.conversation.tools.dump() ==
+             R"([{"type":"function","function":{"name":"f","description":"d"}}])");
+  p = ChatCompletionParams::from_json(chat(
+      {{"max_tokens", 5}, {"max_completion_tokens", 7}, {"logprobs", true}, {"top_logprobs", 3}}));
+  BOOST_TEST(*p.completion.max_tokens == 7);
+  BOOST_TEST(*p.completion.logprobs == 3);
+  BOOST_TEST(p.top_logprobs == 3);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_what_vllm_refuses_in_its_words) {
+  auto refused = [](nlohmann::ordered_json extra) {
+    try {
+      ChatCompletionParams::from_json(chat(std::move(extra)));
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  BOOST_TEST(refused({{"continue_final_message", true}}) ==
+             "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+  BOOST_TEST(refused({{"top_logprobs", 2}}) ==
+             "when using `top_logprobs`, `logprobs` must be set to true.");
+  BOOST_TEST(refused({{"logprobs", true}, {"top_logprobs", -2}}) ==
+             "`top_logprobs` must be a positive value or -1.");
+  BOOST_TEST(refused({{"logprobs", true}, {"top_logprobs", 21}}) ==
+             "Requested sample logprobs of 21, which is greater than max allowed: 20");
+  BOOST_TEST(refused({{"tools", nlohmann::ordered_json::array()}}) ==
+             "`tools` must not be an empty array. Either provide at least one tool or omit the "
+             "field entirely.");
+  BOOST_TEST(refused({{"tool_choice", "auto"}}) ==
+             "When using `tool_choice`, `tools` must be set.");
+  BOOST_TEST(refused({{"tool_choice", "sometimes"}}) ==
+             "Invalid value for `tool_choice`: sometimes! Only named tools, \"none\", \"auto\" or "
+             "\"required\" are supported.");
+  BOOST_TEST(refused({{"tools", {{{"type", "function"}}}}, {"tool_choice", "required"}})
+                 .starts_with("`tool_choice` \"required\" needs a tool-call parser"));
+  BOOST_TEST(refused({{"chat_template_kwargs", {{"tokenize", true}}}}) ==
+             "Found unexpected chat template kwargs from request: {'tokenize'}");
+  BOOST_TEST(refused({{"chat_template_kwargs", {{"messages", 1}}}}) ==
+             "chat_template_kwargs cannot set `messages`: it is the request's own field");
+  BOOST_TEST(refused({{"response_format", {{"type", "json_object"}}}})
+                 .starts_with("`response_format` is not supported"));
+  BOOST_TEST(refused({{"stream_options", {{"include_usage", true}}}}) ==
+             "Stream options can only be defined when `stream=True`.");
+  BOOST_TEST(refused({{"tools", {{{"type", "function"}}}}, {"tool_choice", "none"}}) == "accepted");
+  HOTSWAP_CHECK_THROW_MSG(ChatCompletionParams::from_json({{"model", "x"}}), ValueError,
+                          "the request needs `messages`, a list");
+  HOTSWAP_CHECK_THROW_MSG(TokenizeChatParams::from_json(chat(
+                              {{"add_generation_prompt", true}, {"continue_final_message", true}})),
+                          ValueError, "Cannot set both");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
 BOOST_AUTO_TEST_SUITE(control_method_table)
 
 BOOST_AUTO_TEST_CASE(each_method_has_vllms_route_and_one_validator) {
@@ -162,10 +233,13 @@ BOOST_AUTO_TEST_CASE(each_method_has_vllms_route_and_one_validator) {
       if (m.http_verb == HttpVerb::kNone) {
         BOOST_TEST(m.http_route.empty());
       } else {
-        // vLLM's routes are its names; the OpenAI-compatible ones live under /v1/ but for
-        // /tokenize and /detokenize, which vLLM serves at the root.
+        // vLLM's routes are its names; the OpenAI-compatible ones live under /v1/ (chat's
+        // `chat_completions` at /v1/chat/completions) but for /tokenize and /detokenize, which
+        // vLLM serves at the root.
         const bool v1 = m.openai && m.name != "tokenize" && m.name != "detokenize";
-        BOOST_TEST(m.http_route == (v1 ? "/v1/" : "/") + std::string(m.name));
+        std::string route(m.name);
+        if (v1) std::replace(route.begin(), route.end(), '_', '/');
+        BOOST_TEST(m.http_route == (v1 ? "/v1/" : "/") + route);
       }
       // A GET carries no body; a route reads its params from one place.
       if (m.http_verb == HttpVerb::kGet) BOOST_TEST(!m.takes_json_body);
@@ -217,7 +291,8 @@ BOOST_AUTO_TEST_CASE(the_json_form_lists_every_method_in_table_order) {
                             {"openai", false},
                             {"probe", false},
                             {"http_content_type", nullptr},
-                            {"metric_operation", nullptr}}));
+                            {"metric_operation", nullptr},
+                            {"keeps_key_order", false}}));
 }
 
 // generate and completions read their sampling fields through one validator: the same field

@@ -65,6 +65,11 @@ def main(worker, make):
             raise AssertionError("tokenize without a tokenizer.json must fail")
         except HotswapError as e:
             assert e.code == -32000 and "no tokenizer.json" in e.message, (e.code, e.message)
+        try:
+            client.chat_completions([{"role": "user", "content": "hi"}])
+            raise AssertionError("a chat without a tokenizer must fail")
+        except HotswapError as e:
+            assert e.code == -32602 and "need the model's tokenizer" in e.message, (e.code, e.message)
         # Completions from token ids need no tokenizer; their tokens say their version.
         done = client.completions([1, 2, 3], max_tokens=4, temperature=0, ignore_eos=True,
                                   return_token_ids=True, return_weight_versions=True)

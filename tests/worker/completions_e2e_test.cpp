@@ -22,6 +22,7 @@
 #include "transport/gloo_communicator.hpp"
 #include "worker/raw_connection.hpp"
 #include "worker/rpc_error.hpp"
+#include "worker/sse_events.hpp"
 #include "worker/worker_process.hpp"
 
 using namespace hotswap;
@@ -29,34 +30,21 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using testing::CheckpointDir;
 using testing::rpc_error;
+using testing::sse_events;
 using testing::WorkerProcess;
 
 namespace {
 
 const std::string kQwen2 = std::string(HOTSWAP_GOLDEN_DIR) + "/tokenizer/qwen2/";
 
-model_loader::ModelConfig config() {
-  auto c = testing::tiny_config(model_loader::architectures::kQwen2);
-  c.vocab_size = 512;
-  c.max_position_embeddings = 512;
-  return c;
-}
-
 struct Fixture {
-  CheckpointDir ckpt{config(), 7};
+  CheckpointDir ckpt{testing::tiny_text_config(), 7};
   int port = transport::pick_free_port();
   std::unique_ptr<WorkerProcess> worker;
 
   explicit Fixture(std::vector<std::string> extra = {}) {
     std::filesystem::copy_file(kQwen2 + "tokenizer.json", ckpt.dir.path / "tokenizer.json");
-    std::vector<std::string> args{"--model",
-                                  ckpt.dir.path.string(),
-                                  "--http-port",
-                                  std::to_string(port),
-                                  "--served-model-name",
-                                  "tiny"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    worker = std::make_unique<WorkerProcess>(args);
+    worker = testing::openai_worker(ckpt.dir.path, port, extra);
   }
   httplib::Result post(const json& body) {
     httplib::Client http("127.0.0.1", port);
@@ -75,23 +63,6 @@ struct Fixture {
 std::string post_request(const std::string& path, const std::string& body) {
   return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
-// The `data:` payloads of a server-sent event stream; checks its framing on the way.
-std::vector<std::string> sse_events(const std::string& body) {
-  std::vector<std::string> events;
-  std::size_t at = 0;
-  while (at < body.size()) {
-    const auto end = body.find("\n\n", at);
-    BOOST_REQUIRE_MESSAGE(end != std::string::npos, "an event without its blank line");
-    const std::string event = body.substr(at, end - at);
-    BOOST_REQUIRE_MESSAGE(event.starts_with("data: "), event);
-    events.push_back(event.substr(6));
-    at = end + 2;
-  }
-  BOOST_REQUIRE(!events.empty());
-  BOOST_TEST(events.back() == "[DONE]");
-  return events;
 }
 
 // What one streamed choice added up to.
@@ -508,7 +479,7 @@ namespace {
 struct PushFixture : Fixture {
   PushFixture()
       : Fixture({"--weight-transfer-config", R"({"backend": "gloo"})", "--max-num-seqs", "64"}) {}
-  CheckpointDir other{config(), 8};
+  CheckpointDir other{testing::tiny_text_config(), 8};
 };
 
 std::shared_ptr<trainer_sdk::TensorListSource> source_of(const CheckpointDir& ckpt) {

@@ -127,4 +127,18 @@ class WorkerProcess {
   std::string endpoint_;
 };
 
+// A worker serving `model_dir` on the OpenAI-compatible routes on `http_port`, as model "tiny".
+inline std::unique_ptr<WorkerProcess> openai_worker(const std::filesystem::path& model_dir,
+                                                    int http_port,
+                                                    const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"--model",
+                                model_dir.string(),
+                                "--http-port",
+                                std::to_string(http_port),
+                                "--served-model-name",
+                                "tiny"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return std::make_unique<WorkerProcess>(args);
+}
+
 }  // namespace hotswap::testing

@@ -162,10 +162,13 @@ void ControlServer::flush() {
   }
 }
 
-std::string ControlServer::run_call(const protocol::RpcRequest& request) {
+std::string ControlServer::run_call(const protocol::RpcRequest& request,
+                                    const std::optional<nlohmann::ordered_json>& ordered) {
   auto start = std::chrono::steady_clock::now();
-  auto answer = protocol::answer_request(
-      request, [&] { return service_.call(request.method, request.params); });
+  auto answer = protocol::answer_request(request, [&] {
+    return ordered ? service_.call_ordered(request.method, *ordered)
+                   : service_.call(request.method, request.params);
+  });
   if (debug_ || (warn_ && answer.error)) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -224,14 +227,16 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
   if (connection) connection_of_ticket_.emplace(*ticket, *connection);
 }
 
-void ControlServer::start_completion(const protocol::RpcRequest& request, Reply reply,
+void ControlServer::start_completion(const protocol::RpcRequest& request,
+                                     std::optional<nlohmann::ordered_json> ordered, Reply reply,
                                      std::optional<Connection> connection) {
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
   const auto id = request.id;
   const auto id_text = request.id_text;
   std::shared_ptr<CompletionRun> run;
   try {
-    run = service_.start_whole_completion(request.params);
+    run = ordered ? service_.start_whole_chat_completion(*ordered)
+                  : service_.start_whole_completion(request.params);
   } catch (const std::exception& e) {
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
     if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
@@ -278,16 +283,25 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     if (warn_) LogLine{} << "hotswap-worker: refused a request: " << e.what();
     return;
   }
-  body.clear();
   const protocol::ControlMethod* method = protocol::find_control_method(request.method);
+  // A method whose params keep the client's key order reads them again from the frame, as
+  // written (it parsed within the bounds above).
+  std::optional<nlohmann::ordered_json> ordered;
+  if (method != nullptr && method->keeps_key_order) {
+    auto frame = nlohmann::ordered_json::parse(body);
+    auto params = frame.find("params");
+    ordered = params != frame.end() ? std::move(*params) : nlohmann::ordered_json::object();
+  }
+  body.clear();
   // generate runs in its asynchronous form: it holds no thread while the scheduler works on it,
   // and stops when its connection goes.
   if (request.method == protocol::methods::kGenerate) {
     start_generate(request, std::move(reply), connection_of(fd));
     return;
   }
-  if (request.method == protocol::methods::kCompletions) {
-    start_completion(request, std::move(reply), connection_of(fd));
+  if (request.method == protocol::methods::kCompletions ||
+      request.method == protocol::methods::kChatCompletions) {
+    start_completion(request, std::move(ordered), std::move(reply), connection_of(fd));
     return;
   }
   // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.
@@ -297,8 +311,8 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     return;
   }
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
-  std::function<void()> task = [this, request, envelope] {
-    complete(Reply{std::move(*envelope), run_call(request)});
+  std::function<void()> task = [this, request, envelope, ordered = std::move(ordered)] {
+    complete(Reply{std::move(*envelope), run_call(request, ordered)});
   };
   const bool queued = pool_.try_submit(task);
   dispatched_ = std::chrono::steady_clock::now();

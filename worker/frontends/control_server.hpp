@@ -69,14 +69,18 @@ class ControlServer {
   std::optional<Connection> connection_of(int fd);
   void start_generate(const protocol::RpcRequest& request, Reply reply,
                       std::optional<Connection> connection);
-  void start_completion(const protocol::RpcRequest& request, Reply reply,
+  // A completion, or a chat completion (its params as the client ordered them).
+  void start_completion(const protocol::RpcRequest& request,
+                        std::optional<nlohmann::ordered_json> ordered, Reply reply,
                         std::optional<Connection> connection);
   void send(Reply reply);
   void complete(Reply reply);  // from any thread: queue it for the socket thread
   void flush();
   void on_monitor_event();
   void start_zap_handler(const std::string& authorized_keys_dir);
-  std::string run_call(const protocol::RpcRequest& request);
+  // A call's reply frame; `ordered`: its params as the client ordered them (keeps_key_order).
+  std::string run_call(const protocol::RpcRequest& request,
+                       const std::optional<nlohmann::ordered_json>& ordered = std::nullopt);
 
   WorkerService& service_;
   std::size_t max_request_bytes_;

@@ -27,6 +27,15 @@ HttpResponse json_response(int status, const json& body) {
   return response;
 }
 
+// The same, keeping the body's key order: vLLM's responses list their fields in the order its
+// classes declare them.
+HttpResponse ordered_json_response(int status, const nlohmann::ordered_json& body) {
+  HttpResponse response;
+  response.status = status;
+  response.body = body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return response;
+}
+
 HttpResponse openai_error_response(const std::exception& e) {
   auto error = openai_error(e);
   return json_response(error.status, error.body);
@@ -221,8 +230,8 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
                         std::string(protocol::error_type_name(e)));
     }
   };
-  // vLLM's OpenAI-compatible routes: their errors in OpenAI's error object, and completions
-  // answered whole or streamed.
+  // vLLM's OpenAI-compatible routes: their errors in OpenAI's error object, and completions and
+  // chat completions answered whole or streamed.
   auto openai = [this](const protocol::ControlMethod* m) {
     return [this, m](HttpRequest& req) {
       HttpResponse res;
@@ -242,18 +251,32 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
           res.body = service_.models().dump();
           return res;
         }
-        if (m->name != protocol::methods::kCompletions) {
-          return json_response(
-              200, service_.call(std::string(m->name), *body, [&req] { return req.peer_gone(); }));
+        const auto gone = [&req] { return req.peer_gone(); };
+        const bool chat = m->name == protocol::methods::kChatCompletions;
+        // The body again, with its keys in the order the client wrote them (it parsed within
+        // the bounds above).
+        nlohmann::ordered_json ordered;
+        if (m->keeps_key_order) {
+          ordered = req.body.empty() ? nlohmann::ordered_json::object()
+                                     : nlohmann::ordered_json::parse(req.body);
+        }
+        if (m->name != protocol::methods::kCompletions && !chat) {
+          return json_response(200, m->keeps_key_order
+                                        ? service_.call_ordered(std::string(m->name), ordered, gone)
+                                        : service_.call(std::string(m->name), *body, gone));
         }
         // vLLM names a completion after the X-Request-Id header, over the body's request_id.
-        if (auto id = req.header("x-request-id")) (*body)["request_id"] = *id;
-        auto run = service_.start_completion(*body, [&req] { return req.peer_gone(); });
+        if (auto id = req.header("x-request-id")) {
+          (*body)["request_id"] = *id;
+          ordered["request_id"] = *id;
+        }
+        auto run = chat ? service_.start_chat_completion(ordered, gone)
+                        : service_.start_completion(*body, gone);
         if (run->streaming()) {
           stream_completion(res, std::move(run));
           return res;
         }
-        return json_response(200, run->wait([&req] { return req.peer_gone(); }));
+        return ordered_json_response(200, run->wait(gone));
       } catch (const std::exception& e) {
         return openai_error_response(e);
       }

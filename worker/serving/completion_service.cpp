@@ -97,10 +97,12 @@ struct Position {
 
 }  // namespace
 
-CompletionRun::CompletionRun(protocol::CompletionParams params, std::string model_name)
+CompletionRun::CompletionRun(protocol::CompletionParams params, std::string model_name,
+                             std::optional<Chat> chat)
     : params_(std::move(params)),
+      chat_(std::move(chat)),
       model_name_(std::move(model_name)),
-      id_("cmpl-" + params_.request_id.value_or(random_hex(32))),
+      id_((chat_ ? "chatcmpl-" : "cmpl-") + params_.request_id.value_or(random_hex(32))),
       created_(unix_seconds()) {
   for (const auto& stop : params_.stop)
     longest_stop_ = std::max(longest_stop_, stop.size());
@@ -139,6 +141,45 @@ static ordered_json logprobs_json(const std::vector<Position>& positions, std::s
           {"top_logprobs", top_logprobs}};
 }
 
+// A token's text as UTF-8 byte values: chat logprobs' `bytes`.
+static ordered_json utf8_bytes(const std::string& text) {
+  ordered_json out = ordered_json::array();
+  for (unsigned char byte : text)
+    out.push_back(byte);
+  return out;
+}
+
+// vLLM's ChatCompletionLogProbs over `positions`: each token as shown (`shown`), its logprob, the
+// bytes of its text (`text`), and its first `alternatives` entries of the sampled token followed
+// by the likeliest ones, each once, their bytes those of the token as shown.
+static ordered_json chat_logprobs_json(const std::vector<Position>& positions,
+                                       std::int64_t alternatives,
+                                       const std::function<std::string(std::int64_t)>& shown,
+                                       const std::function<std::string(std::int64_t)>& text) {
+  ordered_json content = ordered_json::array();
+  for (const auto& p : positions) {
+    ordered_json top = ordered_json::array();
+    std::vector<std::int64_t> listed;
+    auto add = [&](std::int64_t token, double logprob) {
+      if (static_cast<std::int64_t>(top.size()) >= alternatives ||
+          std::find(listed.begin(), listed.end(), token) != listed.end()) {
+        return;
+      }
+      listed.push_back(token);
+      const std::string name = shown(token);
+      top.push_back({{"token", name}, {"logprob", floored(logprob)}, {"bytes", utf8_bytes(name)}});
+    };
+    add(p.token, *p.logprob);
+    for (const auto& alternative : *p.top)
+      add(alternative.token, alternative.logprob);
+    content.push_back({{"token", shown(p.token)},
+                       {"logprob", floored(*p.logprob)},
+                       {"bytes", utf8_bytes(text(p.token))},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
 ordered_json CompletionRun::usage() const {
   std::int64_t prompt = 0, completion = 0;
   std::size_t last_prompt = SIZE_MAX;
@@ -156,12 +197,37 @@ ordered_json CompletionRun::usage() const {
 ordered_json CompletionRun::chunk(const Choice& c, std::string text, ordered_json logprobs,
                                   std::vector<std::int64_t> token_ids, const ordered_json& versions,
                                   bool last) const {
+  const bool ids = params_.return_token_ids;
+  const bool continuous = params_.include_usage && params_.continuous_usage_stats;
+  const auto prompt = static_cast<std::int64_t>(c.prompt_ids.size());
+  const auto completion = static_cast<std::int64_t>(c.tokens.size());
+  if (chat_) {
+    // vLLM writes chat chunks with only the fields it set: the finish, the stop reason and the
+    // weight versions on a choice's last chunk only.
+    ordered_json choice = {{"index", c.index},
+                           {"delta", {{"content", std::move(text)}}},
+                           {"logprobs", std::move(logprobs)},
+                           {"finish_reason", last ? json(*c.finish_reason) : json(nullptr)}};
+    if (last) choice["stop_reason"] = c.stop_reason;
+    choice["token_ids"] = ids ? json(token_ids) : json(nullptr);
+    if (last && params_.return_weight_versions) choice["weight_versions"] = versions;
+    ordered_json out = {{"id", id_},
+                        {"object", "chat.completion.chunk"},
+                        {"created", created_},
+                        {"model", model_name_},
+                        {"choices", ordered_json::array({std::move(choice)})}};
+    if (continuous) {
+      out["usage"] = {{"prompt_tokens", prompt},
+                      {"total_tokens", prompt + completion},
+                      {"completion_tokens", completion}};
+    }
+    return out;
+  }
   ordered_json choice = {{"index", c.index},
                          {"text", std::move(text)},
                          {"logprobs", std::move(logprobs)},
                          {"finish_reason", last ? json(*c.finish_reason) : json(nullptr)},
                          {"stop_reason", last ? c.stop_reason : json(nullptr)}};
-  const bool ids = params_.return_token_ids;
   choice["prompt_token_ids"] = ids && !c.first_sent ? json(c.prompt_ids) : json(nullptr);
   choice["token_ids"] = ids ? json(token_ids) : json(nullptr);
   choice["weight_versions"] = versions;
@@ -170,9 +236,7 @@ ordered_json CompletionRun::chunk(const Choice& c, std::string text, ordered_jso
                       {"created", created_},
                       {"model", model_name_},
                       {"choices", ordered_json::array({choice})}};
-  if (params_.include_usage && params_.continuous_usage_stats) {
-    const auto prompt = static_cast<std::int64_t>(c.prompt_ids.size());
-    const auto completion = static_cast<std::int64_t>(c.tokens.size());
+  if (continuous) {
     out["usage"] = {{"prompt_tokens", prompt},
                     {"total_tokens", prompt + completion},
                     {"completion_tokens", completion}};
@@ -180,6 +244,43 @@ ordered_json CompletionRun::chunk(const Choice& c, std::string text, ordered_jso
     out["usage"] = nullptr;
   }
   return out;
+}
+
+std::vector<std::string> CompletionRun::chat_opening_chunks(const Choice& c) const {
+  auto dump = [](const ordered_json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  auto opening = [&](ordered_json delta) {
+    return ordered_json{{"id", id_},
+                        {"object", "chat.completion.chunk"},
+                        {"created", created_},
+                        {"model", model_name_},
+                        {"choices", ordered_json::array({{{"index", c.index},
+                                                          {"delta", std::move(delta)},
+                                                          {"logprobs", nullptr},
+                                                          {"finish_reason", nullptr}}})}};
+  };
+  ordered_json role = opening({{"role", chat_->role}, {"content", ""}});
+  role["prompt_token_ids"] = params_.return_token_ids ? json(c.prompt_ids) : json(nullptr);
+  if (params_.include_usage && params_.continuous_usage_stats) {
+    const auto prompt = static_cast<std::int64_t>(c.prompt_ids.size());
+    role["usage"] = {{"prompt_tokens", prompt}, {"completion_tokens", 0}, {"total_tokens", prompt}};
+  }
+  std::vector<std::string> out{dump(role)};
+  if (!chat_->echo.empty()) out.push_back(dump(opening({{"content", chat_->echo}})));
+  return out;
+}
+
+bool CompletionRun::emit(std::string text) {
+  if (offering_ && chunks_.empty()) {
+    if (offer_(text)) return false;  // on its way: nobody to wake
+    // A slow client (the rest waits in the connection) or a gone one: take() takes over.
+    offering_ = false;
+    taker_owed_ = true;
+    return true;
+  }
+  chunks_.push_back(std::move(text));
+  return true;
 }
 
 bool CompletionRun::on_token(
@@ -234,19 +335,16 @@ bool CompletionRun::on_token(
   c.sent_text = limit;
   ordered_json logprobs = logprobs_of(c, !c.first_sent, c.tokens.size() - 1, c.sent_chars);
   c.sent_chars += code_points(delta);
+  std::vector<std::string> out;
+  if (chat_ && !c.first_sent) out = chat_opening_chunks(c);
   // Only a choice's last chunk carries its spans, over the whole output (vLLM 0.34).
-  std::string text = chunk(c, std::move(delta), std::move(logprobs), {id}, nullptr, false)
-                         .dump(-1, ' ', false, json::error_handler_t::replace);
+  out.push_back(chunk(c, std::move(delta), std::move(logprobs), {id}, nullptr, false)
+                    .dump(-1, ' ', false, json::error_handler_t::replace));
   c.first_sent = true;
-  if (offering_ && chunks_.empty()) {
-    if (offer_(text)) return !stop_hit;  // on its way: nobody to wake
-    // A slow client (the rest waits in the connection) or a gone one: take() takes over.
-    offering_ = false;
-    taker_owed_ = true;
-  } else {
-    chunks_.push_back(std::move(text));
-  }
-  changed_.notify_all();
+  bool wake = false;
+  for (auto& text : out)
+    wake = emit(std::move(text)) || wake;
+  if (wake) changed_.notify_all();
   return !stop_hit;
 }
 
@@ -269,6 +367,10 @@ void CompletionRun::on_done(Choice& c, GenerateOutcome outcome) {
     c.spans = outcome.result->weight_versions;
     if (params_.max_tokens == 0) c.spans.clear();
     if (params_.stream) {
+      if (chat_ && !c.first_sent) {
+        for (auto& opening : chat_opening_chunks(c))
+          chunks_.push_back(std::move(opening));
+      }
       std::string rest = c.first_sent ? "" : c.echo_text;
       rest += c.text.substr(std::min(c.sent_text, c.text.size()));
       c.sent_text = c.text.size();
@@ -282,7 +384,7 @@ void CompletionRun::on_done(Choice& c, GenerateOutcome outcome) {
   }
   if (open_ == 0 && params_.stream && params_.include_usage && !usage_sent_) {
     ordered_json last = {{"id", id_},
-                         {"object", "text_completion"},
+                         {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
                          {"created", created_},
                          {"model", model_name_},
                          {"choices", ordered_json::array()}};
@@ -312,6 +414,17 @@ void CompletionRun::when_done(std::function<void()> done) {
 
 ordered_json CompletionRun::logprobs_of(const Choice& c, bool with_prompt, std::size_t first_token,
                                         std::size_t offset) const {
+  if (chat_) {
+    if (!chat_->logprobs) return nullptr;
+    std::vector<Position> positions;
+    for (std::size_t i = first_token; i < c.tokens.size(); ++i)
+      positions.push_back({c.tokens[i], c.logprobs[i], &c.top[i]});
+    return chat_logprobs_json(
+        positions, chat_->top_logprobs, [this](std::int64_t t) { return token_text(t); },
+        [this](std::int64_t t) {
+          return tokenizer_ != nullptr ? tokenizer_->decode({t}) : "token_id:" + std::to_string(t);
+        });
+  }
   if (!params_.logprobs) return nullptr;
   std::vector<Position> positions;
   if (with_prompt && params_.echo) {
@@ -373,28 +486,47 @@ ordered_json CompletionRun::response() const {
   std::lock_guard lock(mutex_);
   if (error_) std::rethrow_exception(error_);
   ordered_json choices = ordered_json::array();
+  const bool ids = params_.return_token_ids;
   for (const auto& c : choices_) {
-    ordered_json logprobs = logprobs_of(*c, true, 0, 0);
-    const bool ids = params_.return_token_ids;
-    choices.push_back({{"index", c->index},
-                       {"text", c->echo_text + c->text},
-                       {"logprobs", logprobs},
-                       {"finish_reason", c->finish_reason.value_or("abort")},
-                       {"stop_reason", c->stop_reason},
-                       {"token_ids", ids ? json(c->tokens) : json(nullptr)},
-                       {"prompt_logprobs", nullptr},
-                       {"prompt_token_ids", ids ? json(c->prompt_ids) : json(nullptr)},
-                       {"weight_versions", spans_json(c->spans, params_.return_weight_versions)}});
+    ordered_json choice = {{"index", c->index}};
+    if (chat_) {
+      choice["message"] = {{"role", chat_->role},
+                           {"content", chat_->echo + c->text},
+                           {"refusal", nullptr},
+                           {"annotations", nullptr},
+                           {"audio", nullptr},
+                           {"function_call", nullptr},
+                           {"reasoning", nullptr}};
+      choice["logprobs"] = logprobs_of(*c, false, 0, 0);
+    } else {
+      choice["text"] = c->echo_text + c->text;
+      choice["logprobs"] = logprobs_of(*c, true, 0, 0);
+    }
+    choice["finish_reason"] = c->finish_reason.value_or("abort");
+    choice["stop_reason"] = c->stop_reason;
+    choice["token_ids"] = ids ? json(c->tokens) : json(nullptr);
+    if (!chat_) {  // a chat's prompt is the response's, once
+      choice["prompt_logprobs"] = nullptr;
+      choice["prompt_token_ids"] = ids ? json(c->prompt_ids) : json(nullptr);
+    }
+    choice["weight_versions"] = spans_json(c->spans, params_.return_weight_versions);
+    choices.push_back(std::move(choice));
   }
-  return {{"id", id_},
-          {"object", "text_completion"},
-          {"created", created_},
-          {"model", model_name_},
-          {"choices", choices},
-          {"service_tier", nullptr},
-          {"system_fingerprint", nullptr},
-          {"usage", usage()},
-          {"kv_transfer_params", nullptr}};
+  ordered_json out = {{"id", id_},
+                      {"object", chat_ ? "chat.completion" : "text_completion"},
+                      {"created", created_},
+                      {"model", model_name_},
+                      {"choices", choices},
+                      {"service_tier", nullptr},
+                      {"system_fingerprint", nullptr},
+                      {"usage", usage()}};
+  if (chat_) {
+    out["prompt_logprobs"] = nullptr;
+    out["prompt_token_ids"] =
+        ids && !choices_.empty() ? json(choices_.front()->prompt_ids) : json(nullptr);
+  }
+  out["kv_transfer_params"] = nullptr;
+  return out;
 }
 
 void CompletionRun::cancel() {
@@ -460,18 +592,88 @@ std::int64_t fit_to_context(std::int64_t max_len, std::int64_t input,
   return max_tokens;
 }
 
+namespace {
+
+// vLLM's warning for the fields it accepts and does nothing with.
+void warn_ignored(const protocol::CompletionParams& p) {
+  if (p.ignored_fields.empty()) return;
+  std::string names;
+  for (const auto& f : p.ignored_fields)
+    names += (names.empty() ? "'" : ", '") + f + "'";
+  LogLine{} << "hotswap-worker: warning: The following fields were present in the request but "
+               "ignored: {"
+            << names << "}\n";
+}
+
+// The text of a message's content: itself, or its parts' texts a line each.
+std::string content_text(const nlohmann::ordered_json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  std::string text;
+  bool first = true;
+  if (content.is_array()) {
+    for (const auto& part : content) {
+      const auto* t = part.is_string() ? &part
+                      : part.is_object() && part.contains("text") && part["text"].is_string()
+                          ? &part["text"]
+                          : nullptr;
+      if (t == nullptr) continue;
+      text += (first ? "" : "\n") + t->get<std::string>();
+      first = false;
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
 std::shared_ptr<CompletionRun> CompletionService::start(const json& params,
                                                         const std::function<bool()>& caller_gone) {
   auto p = protocol::CompletionParams::from_json(params);
-  if (!p.ignored_fields.empty()) {
-    // vLLM's warning for the fields it accepts and does nothing with.
-    std::string names;
-    for (const auto& f : p.ignored_fields)
-      names += (names.empty() ? "'" : ", '") + f + "'";
-    LogLine{} << "hotswap-worker: warning: The following fields were present in the request but "
-                 "ignored: {"
-              << names << "}\n";
+  warn_ignored(p);
+  return launch(std::move(p), std::nullopt, caller_gone);
+}
+
+std::shared_ptr<CompletionRun> CompletionService::start_chat(
+    const protocol::ChatCompletionParams& params, const ChatTemplates& templates,
+    bool trust_request_template, const std::function<bool()>& caller_gone) {
+  warn_ignored(params.completion);
+  const auto& conversation = params.conversation;
+  if (params.completion.model && !params.completion.model->empty() &&
+      *params.completion.model != model_name_) {
+    throw ModelNotFoundError("The model `" + *params.completion.model + "` does not exist.");
   }
+  if (tokenizer_ == nullptr) {
+    throw protocol::ValueError(
+        "chat completions need the model's tokenizer, and this worker has none (no "
+        "tokenizer.json, or --skip-tokenizer-init): use /v1/completions with token ids");
+  }
+  if (conversation.chat_template && !trust_request_template) {
+    throw protocol::ValueError(
+        "Chat template is passed with request, but --trust-request-chat-template is not set. "
+        "Refused request with untrusted chat template.");
+  }
+  protocol::CompletionParams p = params.completion;
+  p.prompts = {protocol::CompletionPrompt{templates.render(conversation), {}}};
+  CompletionRun::Chat chat;
+  chat.logprobs = params.logprobs;
+  chat.top_logprobs = params.top_logprobs;
+  // The reply's role: the assistant's, or, continuing a message, that message's.
+  const auto& messages = conversation.messages;
+  if (!conversation.add_generation_prompt && !messages.empty() && messages.back().is_object() &&
+      messages.back().contains("role") && messages.back()["role"].is_string()) {
+    chat.role = messages.back()["role"].get<std::string>();
+  }
+  if (params.echo && !messages.empty() && messages.back().is_object() &&
+      messages.back().value("role", nlohmann::ordered_json()) == chat.role &&
+      messages.back().contains("content") && !messages.back()["content"].is_null()) {
+    chat.echo = content_text(messages.back()["content"]);
+  }
+  return launch(std::move(p), std::move(chat), caller_gone);
+}
+
+std::shared_ptr<CompletionRun> CompletionService::launch(protocol::CompletionParams p,
+                                                         std::optional<CompletionRun::Chat> chat,
+                                                         const std::function<bool()>& caller_gone) {
   if (p.model && !p.model->empty() && *p.model != model_name_) {
     throw ModelNotFoundError("The model `" + *p.model + "` does not exist.");
   }
@@ -485,7 +687,7 @@ std::shared_ptr<CompletionRun> CompletionService::start(const json& params,
           "--skip-tokenizer-init): send the prompt as token ids");
     }
   }
-  auto run = std::make_shared<CompletionRun>(std::move(p), model_name_);
+  auto run = std::make_shared<CompletionRun>(std::move(p), model_name_, std::move(chat));
   const auto& q = run->params_;
   run->scheduler_ = &scheduler_;
   run->tokenizer_ = tokenizer_;

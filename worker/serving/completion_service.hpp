@@ -1,4 +1,6 @@
-// CompletionService: vLLM's OpenAI-compatible completions on the worker's generation scheduler.
+// CompletionService: vLLM's OpenAI-compatible completions and chat completions on the worker's
+// generation scheduler. A chat request is its conversation rendered by the model's chat template
+// (ChatTemplates) and run as a completion of that prompt, answered in chat's shapes.
 // A request (protocol::CompletionParams) becomes one scheduler request per prompt and per `n`;
 // each choice detokenizes its tokens as they come (model_loader::IncrementalDetokenizer), ends
 // at a stop string, and is answered whole or streamed chunk by chunk, in vLLM's response shapes.
@@ -26,6 +28,7 @@
 #include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
+#include "worker/serving/chat_templates.hpp"
 #include "worker/serving/generation_scheduler.hpp"
 
 namespace hotswap::worker {
@@ -42,7 +45,16 @@ class ModelNotFoundError : public protocol::ValueError {
 class CompletionRun {
  public:
   struct Choice;
-  CompletionRun(protocol::CompletionParams params, std::string model_name);
+  // What a chat completion adds (vLLM's chat.completion and chat.completion.chunk shapes).
+  struct Chat {
+    std::string role = "assistant";  // of the reply
+    std::string echo;  // with `echo`: the last message's text, before the reply's (same role)
+    bool logprobs = false;
+    std::int64_t top_logprobs = 0;
+  };
+  // `chat`: answered as a chat completion; none: as a text completion.
+  CompletionRun(protocol::CompletionParams params, std::string model_name,
+                std::optional<Chat> chat = std::nullopt);
   ~CompletionRun();
 
   bool streaming() const { return params_.stream; }
@@ -83,12 +95,18 @@ class CompletionRun {
   nlohmann::ordered_json chunk(const Choice& c, std::string text, nlohmann::ordered_json logprobs,
                                std::vector<std::int64_t> token_ids,
                                const nlohmann::ordered_json& versions, bool last) const;
+  // A chat stream's first chunks of a choice: the reply's role, then the echoed text if any.
+  std::vector<std::string> chat_opening_chunks(const Choice& c) const;
+  // A streamed chunk goes to the connection from the scheduler's thread while it is offered,
+  // else waits for take(); says whether take() has something to do.
+  bool emit(std::string chunk);
+
   nlohmann::ordered_json usage() const;
   // How a token reads in logprobs: its text, or "token_id:N" (return_tokens_as_token_ids, or no
   // tokenizer).
   std::string token_text(std::int64_t id) const;
   // With echo, the prompt's logprobs (the first token has none) for `c`'s first chunk; JSON null
-  // without logprobs.
+  // without logprobs. A chat's: its output tokens' from `first_token` on, in chat's shape.
   nlohmann::ordered_json logprobs_of(const Choice& c, bool with_prompt, std::size_t first_token,
                                      std::size_t offset) const;
   // Scheduler callbacks (its lock held; this takes mutex_ after it, never before).
@@ -97,6 +115,7 @@ class CompletionRun {
   void on_done(Choice& c, GenerateOutcome outcome);
 
   protocol::CompletionParams params_;
+  std::optional<Chat> chat_;
   std::size_t longest_stop_ = 0;  // of params_.stop: how much streamed text is held back
   std::string model_name_;
   std::string id_;
@@ -134,10 +153,21 @@ class CompletionService {
   // `caller_gone` cancels the work before the run exists (tokenizing a long prompt).
   std::shared_ptr<CompletionRun> start(const nlohmann::json& params,
                                        const std::function<bool()>& caller_gone = {});
+  // A chat completion: the conversation rendered by `templates` (a request's own template only
+  // when `trust_request_template`, as vLLM's --trust-request-chat-template), then as start().
+  std::shared_ptr<CompletionRun> start_chat(const protocol::ChatCompletionParams& params,
+                                            const ChatTemplates& templates,
+                                            bool trust_request_template,
+                                            const std::function<bool()>& caller_gone = {});
   // Cancels the run whose first_ticket() is `ticket`; false when there is none (any more).
   bool cancel(std::uint64_t ticket);
 
  private:
+  // Checks, tokenizes and queues every choice of `params` (prompts filled in).
+  std::shared_ptr<CompletionRun> launch(protocol::CompletionParams params,
+                                        std::optional<CompletionRun::Chat> chat,
+                                        const std::function<bool()>& caller_gone);
+
   GenerationScheduler& scheduler_;
   const model_loader::Tokenizer* tokenizer_;
   model_loader::ModelConfig config_;

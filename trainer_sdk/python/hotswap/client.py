@@ -40,6 +40,7 @@ CONTROL_METHODS = (
     "tokenize",
     "detokenize",
     "completions",
+    "chat_completions",
     "models",
     "health",
     "metrics",
@@ -120,6 +121,11 @@ class HotswapWeightSyncClient:
     def completions(self, prompt, **params):
         """vLLM's POST /v1/completions body, answered whole (stream over HTTP)."""
         return self.call("completions", {"prompt": prompt, **params})
+
+    def chat_completions(self, messages, **params):
+        """vLLM's POST /v1/chat/completions body, answered whole (stream over HTTP). The
+        messages' and tools' keys reach the chat template in the order given."""
+        return self.call("chat_completions", {"messages": list(messages), **params})
 
     def models(self):
         return self.call("models")
