@@ -15,7 +15,7 @@ using namespace hotswap;
 
 int main(int argc, char** argv) {
   CLI::App app{"Write a Hugging Face checkpoint with deterministic random weights"};
-  std::string arch, dtype = "float32", out, tokenizer_file;
+  std::string arch, dtype = "float32", out, tokenizer_file, chat_template_file;
   model_loader::ModelConfig config;
   std::int64_t head_dim = 0;
   std::uint64_t seed = 0, shard_size = 0;
@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   app.add_option("--shard-size", shard_size, "bytes of tensor data per safetensors shard");
   app.add_option("--tokenizer", tokenizer_file,
                  "a tokenizer.json to copy into the model (its vocabulary must fit --vocab)");
+  app.add_option("--chat-template", chat_template_file,
+                 "a chat template (Jinja) to copy into the model as chat_template.jinja")
+      ->check(CLI::ExistingFile);
   app.add_option("--out", out, "output directory")->required();
   CLI11_PARSE(app, argc, argv);
 
@@ -95,6 +98,12 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!tokenizer_file.empty()) {
       std::filesystem::copy_file(tokenizer_file, std::filesystem::path(out) / "tokenizer.json",
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+    // Where transformers saves a model's template, and where the worker looks first.
+    if (!chat_template_file.empty()) {
+      std::filesystem::copy_file(chat_template_file,
+                                 std::filesystem::path(out) / "chat_template.jinja",
                                  std::filesystem::copy_options::overwrite_existing);
     }
     std::cout << "wrote " << parsed.architecture_name() << " checkpoint to " << out << ": " << bytes

@@ -1,7 +1,7 @@
 // vLLM's OpenAI-compatible routes on a real hotswap-worker process: /v1/models and
 // /v1/completions in vLLM's shapes, whole and streamed as server-sent events, vLLM's errors and
 // status codes for bad input, the same operations over ZeroMQ, vLLM's serving metrics, and 64
-// streams served while a trainer pushes rounds into the worker.
+// streams (and 32 chat streams) served while a trainer pushes rounds into the worker.
 #include <boost/test/unit_test.hpp>
 
 #include <httplib.h>
@@ -44,6 +44,12 @@ struct Fixture {
 
   explicit Fixture(std::vector<std::string> extra = {}) {
     std::filesystem::copy_file(kQwen2 + "tokenizer.json", ckpt.dir.path / "tokenizer.json");
+    // A chat template too, for the chat streams under pushes.
+    std::ofstream(ckpt.dir.path / "tokenizer_config.json")
+        << json({{"chat_template",
+                  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}})
+               .dump();
     worker = testing::openai_worker(ckpt.dir.path, port, extra);
   }
   httplib::Result post(const json& body) {
@@ -79,19 +85,22 @@ std::map<int, StreamedChoice> add_up(const std::vector<std::string>& events) {
   for (const auto& e : events) {
     if (e == "[DONE]") continue;
     const json chunk = json::parse(e);
-    BOOST_TEST(chunk["object"] == "text_completion");
-    BOOST_TEST(chunk.contains("usage"));
+    // A text completion's chunks, or a chat's (whose text is each choice's delta).
+    const bool chat = chunk["object"] == "chat.completion.chunk";
+    BOOST_TEST((chat || chunk["object"] == "text_completion"));
+    if (!chat) BOOST_TEST(chunk.contains("usage"));
     for (const auto& c : chunk["choices"]) {
       auto& choice = out[c["index"].get<int>()];
-      choice.text += c["text"].get<std::string>();
-      if (c["token_ids"].is_array()) {
+      choice.text += chat ? c["delta"].value("content", "") : c["text"].get<std::string>();
+      if (c.contains("token_ids") && c["token_ids"].is_array()) {
         for (auto id : c["token_ids"])
           choice.token_ids.push_back(id);
       }
       // vLLM 0.34: only a choice's last chunk carries its spans, over the whole output.
-      if (c["finish_reason"].is_null()) BOOST_TEST(c["weight_versions"].is_null());
-      if (!c["weight_versions"].is_array()) continue;
-      for (const auto& span : c["weight_versions"]) {
+      const json versions = c.value("weight_versions", json());
+      if (c["finish_reason"].is_null()) BOOST_TEST(versions.is_null());
+      if (!versions.is_array()) continue;
+      for (const auto& span : versions) {
         choice.tokens_with_versions +=
             span["end"].get<std::int64_t>() - span["start"].get<std::int64_t>();
         choice.versions.insert(span["version"].get<std::string>());
@@ -493,30 +502,31 @@ std::shared_ptr<trainer_sdk::TensorListSource> source_of(const CheckpointDir& ck
 
 BOOST_AUTO_TEST_SUITE(completions_under_weight_pushes)
 
-// RL's loop: rollouts stream while the trainer pushes new weights. Every stream finishes, every
-// token says which version produced it, and nothing hangs.
-BOOST_FIXTURE_TEST_CASE(sixty_four_streams_finish_while_a_trainer_pushes_rounds, PushFixture) {
-  constexpr int kStreams = 64;
-  constexpr int kTokens = 200;
+// RL's loop: rollouts stream while the trainer pushes new weights. `streams` requests to `path`
+// (`body(i)` the i-th), rounds pushed from once all are in until all are done (at least two):
+// every stream finishes, every token says which version produced it, and nothing hangs.
+void streams_finish_while_a_trainer_pushes(PushFixture& f, int streams, std::int64_t tokens,
+                                           const std::string& path,
+                                           const std::function<json(int)>& body) {
   std::atomic<int> finished{0};
   // Boost.Test's checks are not thread-safe: the clients only keep what they got.
-  std::vector<std::string> bodies(kStreams);
-  std::vector<std::string> failures(kStreams);
+  std::vector<std::string> bodies(streams);
+  std::vector<std::string> failures(streams);
   std::vector<std::thread> clients;
-  for (int i = 0; i < kStreams; ++i) {
+  // Joined on every way out: a failed call below must not leave them running (terminate).
+  struct JoinAll {
+    std::vector<std::thread>& threads;
+    ~JoinAll() {
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
+    }
+  } join_all{clients};
+  for (int i = 0; i < streams; ++i) {
     clients.emplace_back([&, i] {
       try {
-        httplib::Client http("127.0.0.1", port);
+        httplib::Client http("127.0.0.1", f.port);
         http.set_read_timeout(120s);
-        auto res = http.Post("/v1/completions",
-                             json({{"prompt", "Request " + std::to_string(i)},
-                                   {"max_tokens", kTokens},
-                                   {"ignore_eos", true},
-                                   {"seed", i},
-                                   {"return_weight_versions", true},
-                                   {"stream", true}})
-                                 .dump(),
-                             "application/json");
+        auto res = http.Post(path, body(i).dump(), "application/json");
         if (!res || res->status != 200) {
           failures[i] = res ? res->body : "no reply: " + httplib::to_string(res.error());
         } else {
@@ -528,19 +538,18 @@ BOOST_FIXTURE_TEST_CASE(sixty_four_streams_finish_while_a_trainer_pushes_rounds,
       ++finished;
     });
   }
-  // Rounds until every stream is done (at least two), from once every stream is in.
-  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(worker->endpoint(), 60s);
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(f.worker->endpoint(), 60s);
   const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (client->call("health")["requests_in_flight"] != kStreams &&
+  while (client->call("health")["requests_in_flight"] != streams &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(5ms);
   }
   trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 2, 0);
   info.timeout = 60s;
   auto engine =
-      trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source_of(other));
+      trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source_of(f.other));
   int rounds = 0;
-  while (finished < kStreams || rounds < 2) {
+  while (finished < streams || rounds < 2) {
     engine->push({"round-" + std::to_string(++rounds), /*verify=*/false});
   }
   engine->shutdown();
@@ -548,13 +557,13 @@ BOOST_FIXTURE_TEST_CASE(sixty_four_streams_finish_while_a_trainer_pushes_rounds,
     t.join();
 
   std::set<std::string> versions;
-  for (int i = 0; i < kStreams; ++i) {
+  for (int i = 0; i < streams; ++i) {
     BOOST_TEST_CONTEXT("stream " << i) {
       BOOST_TEST(failures[i].empty(), failures[i]);
       if (!failures[i].empty()) continue;
       auto choice = add_up(sse_events(bodies[i]))[0];
       BOOST_TEST(choice.finish_reason == "length");
-      BOOST_TEST(choice.tokens_with_versions == kTokens);  // every token's version reported
+      BOOST_TEST(choice.tokens_with_versions == tokens);  // every token's version reported
       versions.insert(choice.versions.begin(), choice.versions.end());
     }
   }
@@ -562,8 +571,32 @@ BOOST_FIXTURE_TEST_CASE(sixty_four_streams_finish_while_a_trainer_pushes_rounds,
   BOOST_TEST(versions.count("default") == 1u);
   BOOST_TEST(versions.size() >= 2u);
   BOOST_TEST(client->call("health")["requests_in_flight"] == 0);
-  if (std::any_of(failures.begin(), failures.end(), [](auto& f) { return !f.empty(); }))
-    BOOST_TEST_MESSAGE("worker output:\n" << worker->output());
+  if (std::any_of(failures.begin(), failures.end(), [](auto& e) { return !e.empty(); }))
+    BOOST_TEST_MESSAGE("worker output:\n" << f.worker->output());
+}
+
+BOOST_FIXTURE_TEST_CASE(sixty_four_streams_finish_while_a_trainer_pushes_rounds, PushFixture) {
+  streams_finish_while_a_trainer_pushes(*this, 64, 200, "/v1/completions", [](int i) {
+    return json({{"prompt", "Request " + std::to_string(i)},
+                 {"max_tokens", 200},
+                 {"ignore_eos", true},
+                 {"seed", i},
+                 {"return_weight_versions", true},
+                 {"stream", true}});
+  });
+}
+
+// Chat streams the same: each conversation rendered by the model's template, streamed in chat's
+// chunks, its tokens' versions in its last chunk.
+BOOST_FIXTURE_TEST_CASE(thirty_two_chat_streams_finish_while_a_trainer_pushes_rounds, PushFixture) {
+  streams_finish_while_a_trainer_pushes(*this, 32, 150, "/v1/chat/completions", [](int i) {
+    return json({{"messages", {{{"role", "user"}, {"content", "Request " + std::to_string(i)}}}},
+                 {"max_completion_tokens", 150},
+                 {"ignore_eos", true},
+                 {"seed", i},
+                 {"return_weight_versions", true},
+                 {"stream", true}});
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -245,10 +245,27 @@ Interpreter* start_interpreter() {
         std::string("cannot set up Jinja2 to render chat templates (Debian's python3-jinja2): ") +
         e.what());
   }
-  // Other threads take the interpreter's lock from here on.
+  // pybind11's own state, made here while this thread holds the interpreter's lock: made later
+  // by the first thread to use pybind11, it freed that thread's state and then used it (ASan:
+  // heap-use-after-free in gil_scoped_acquire, a worker crashed on its first chat requests).
+  (void)py::detail::get_internals();
+  // Other threads take the interpreter's lock from here on (Gil).
   (void)PyEval_SaveThread();
   return state;
 }
+
+// The interpreter's lock for the calling thread, whichever thread it is (CPython's own
+// PyGILState API: a thread state made for a thread that has none, and dropped after).
+class Gil {
+ public:
+  Gil() : state_(PyGILState_Ensure()) {}
+  ~Gil() { PyGILState_Release(state_); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
 
 std::mutex& render_mutex() {
   static std::mutex mutex;
@@ -279,10 +296,11 @@ std::string JinjaRenderer::render(const std::string& source,
   }
   const std::string variables_json = variables.dump();
   std::lock_guard lock(render_mutex());
-  py::gil_scoped_acquire gil;
+  Interpreter& python = interpreter();
+  Gil gil;
   try {
     const double seconds = std::chrono::duration<double>(limits.time).count();
-    return interpreter()
+    return python
         .render(source, variables_json, seconds, limits.max_chars, limits.max_template_chars)
         .cast<std::string>();
   } catch (py::error_already_set& e) {
@@ -294,9 +312,10 @@ std::string JinjaRenderer::render(const std::string& source,
 
 bool JinjaRenderer::iterates_over_content(const std::string& source) {
   std::lock_guard lock(render_mutex());
-  py::gil_scoped_acquire gil;
+  Interpreter& python = interpreter();
+  Gil gil;
   try {
-    return interpreter().iterates_over_content(source).cast<bool>();
+    return python.iterates_over_content(source).cast<bool>();
   } catch (py::error_already_set& e) {
     throw protocol::ValueError(py::str(e.value()));
   }
