@@ -160,6 +160,142 @@ TOKENIZED = dict(template=CHATML_TEXT, messages=[
     add_generation_prompt=True)
 
 
+# Templates in the styles real ones use, each rendered by transformers' apply_chat_template on
+# one of the project's test tokenizers (tests/golden/tokenizer/*), text and ids stored.
+HOISTING = """{%- macro render_call(call) -%}
+[CALL {{ call.function.name }} {{ call.function.arguments | tojson }}]
+{%- endmacro -%}
+{{- bos_token }}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set system = none %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) and message['role'] != 'tool' %}
+        {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {{- '[INST] ' }}{% if loop.first and system %}{{ system + '\n\n' }}{% endif %}{{ message['content'] | trim }}{{ ' [/INST]' }}
+    {%- elif message['role'] == 'assistant' %}
+        {%- if message.tool_calls %}{% for call in message.tool_calls %}{{ render_call(call) }}{% endfor %}{% endif %}
+        {{- ' ' + (message['content'] or '') | trim }}{% if not loop.last %}{{ eos_token }}{% endif %}
+    {%- elif message['role'] == 'tool' %}
+        {{- '[RESULT ' + message.tool_call_id + '] ' + message.content + ' [/RESULT]' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ ' ' }}{% endif %}
+"""
+
+QWEN3_STYLE = """{%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+{{- "# Tools\n<tools>" }}
+{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\n</tools><|im_end|>\n" }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.role == "user" or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set content = message.content or '' %}
+        {%- if loop.index0 > ns.last_query_index and message.reasoning_content %}
+            {{- '<|im_start|>assistant\n<think>\n' + message.reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+        {%- else %}
+            {{- '<|im_start|>assistant\n' + content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls or [] %}
+            {{- '\n<tool_call>\n{"name": "' + tool_call.function.name + '", "arguments": ' + tool_call.function.arguments | tojson + '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or messages[loop.index0 - 1].role != "tool" %}{{- '<|im_start|>user' }}{%- endif %}
+        {{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != "tool" %}{{- '<|im_end|>\n' }}{%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}
+{%- endif %}
+"""
+
+AGENT = [
+    {"role": "system", "content": "Tu es un assistant prudent. 你好."},
+    {"role": "user", "content": "Quel temps fait-il à Zürich ?"},
+    {"role": "assistant", "content": "", "reasoning_content": "\nNeed the tool.\n",
+     "tool_calls": [{"type": "function", "function": {"name": "weather",
+                                                      "arguments": {"city": "Zürich", "unit": "°C"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "{\"t\": 21}"},
+    {"role": "tool", "tool_call_id": "c2", "content": "sunny ☀"},
+]
+WEATHER = [{"type": "function", "function": {"name": "weather", "description": "Météo",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                           "required": ["city"]}}}]
+TURNS = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "  2 + 2?  "},
+    {"role": "assistant", "content": "4"},
+    {"role": "user", "content": "Et 3 × 3 ?"},
+]
+
+APPLY = [
+    ("qwen3_agent_thinking_off", "qwen2", QWEN3_STYLE, dict(messages=AGENT, tools=WEATHER,
+     add_generation_prompt=True, enable_thinking=False), {"eos_token": "<|im_end|>"}),
+    ("qwen3_agent", "qwen2", QWEN3_STYLE, dict(messages=AGENT[1:], add_generation_prompt=True),
+     {"eos_token": "<|im_end|>"}),
+    ("hoisting_turns", "sentencepiece", HOISTING, dict(messages=TURNS, add_generation_prompt=True),
+     {"bos_token": "<s>", "eos_token": "</s>"}),
+    ("hoisting_tool_call", "sentencepiece", HOISTING, dict(messages=[
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": AGENT[2]["tool_calls"]},
+        {"role": "tool", "tool_call_id": "c1", "content": "21"}]), {"bos_token": "<s>", "eos_token": "</s>"}),
+    ("hoisting_bad_order", "sentencepiece", HOISTING, dict(messages=[
+        {"role": "user", "content": "a"}, {"role": "user", "content": "b"}]),
+     {"bos_token": "<s>", "eos_token": "</s>"}),
+    ("llama3_style", "llama3", LLAMA3_STYLE, dict(messages=TURNS, add_generation_prompt=True),
+     {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    ("chatml_gpt2", "gpt2", CHATML_TEXT, dict(messages=TURNS, tools=WEATHER, add_generation_prompt=True),
+     {"eos_token": "<|endoftext|>"}),
+]
+
+
+def applied():
+    from transformers import PreTrainedTokenizerFast
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for name, tokenizer, template, call, special in APPLY:
+        tok = PreTrainedTokenizerFast(
+            tokenizer_file=os.path.join(here, "tokenizer", tokenizer, "tokenizer.json"), **special)
+        call = dict(call)
+        case = {"name": name, "tokenizer": tokenizer, "template": template, "special": special,
+                "messages": call.pop("messages"), "tools": call.pop("tools", None),
+                "add_generation_prompt": call.pop("add_generation_prompt", False), "kwargs": call}
+        try:
+            text = tok.apply_chat_template(case["messages"], tools=case["tools"],
+                                           chat_template=template, tokenize=False,
+                                           add_generation_prompt=case["add_generation_prompt"],
+                                           **call)
+            case["text"] = text
+            case["ids"] = tok.encode(text, add_special_tokens=False)
+        except Exception as e:
+            case["error"] = str(e)
+        out.append(case)
+    return out
+
+
 def tokenized():
     from transformers import PreTrainedTokenizerFast
     here = os.path.dirname(os.path.abspath(__file__))
@@ -201,7 +337,8 @@ def main():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_template", "golden.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"transformers": transformers.__version__, "jinja2": jinja2.__version__,
-                   "cases": out, "conversations": conversations, "tokenized": tokenized()}, f,
+                   "cases": out, "conversations": conversations, "tokenized": tokenized(),
+                   "applied": applied()}, f,
                   ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"wrote {len(out)} cases and {len(conversations)} conversations to {path}")

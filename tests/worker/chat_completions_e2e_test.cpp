@@ -256,6 +256,33 @@ BOOST_AUTO_TEST_CASE(a_request_template_needs_trust_and_a_model_needs_a_template
                     {"chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}"}});
   const json hi = trusted.ok("/tokenize", {{"prompt", "hi"}, {"add_special_tokens", false}});
   BOOST_TEST(reply["tokens"] == hi["tokens"]);
+
+  // Templates a request may bring: each ends in a 400 that says why, and the worker serves on.
+  auto with_template = [&](const std::string& chat_template, json messages) {
+    return trusted.refused(
+        "/v1/chat/completions",
+        {{"messages", std::move(messages)}, {"chat_template", chat_template}, {"max_tokens", 2}});
+  };
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  const auto start = std::chrono::steady_clock::now();
+  BOOST_TEST(with_template("{% for i in range(100000) %}{% for j in range(100000) %}"
+                           "{% endfor %}{% endfor %}",
+                           user) ==
+             std::make_pair(400, std::string("the chat template did not render within 5 s")));
+  BOOST_TEST((std::chrono::steady_clock::now() - start < 20s));
+  BOOST_TEST(with_template("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", user) ==
+             std::make_pair(400, std::string("the chat template's output is limited to 4194304 "
+                                             "characters")));
+  BOOST_TEST(with_template("{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}"
+                           "{{ raise_exception('unknown role: ' + m.role) }}{% endif %}"
+                           "{% endfor %}",
+                           {{{"role", "wizard"}, {"content", "hi"}}}) ==
+             std::make_pair(400, std::string("unknown role: wizard")));
+  BOOST_TEST(with_template("{{ messages[0].content }}", json::array()).first == 400);
+  BOOST_TEST(trusted.ok("/v1/chat/completions",
+                        {{"messages", user},
+                         {"chat_template", "{{ messages[0].content }}"},
+                         {"max_tokens", 2}})["choices"][0]["finish_reason"] == "length");
 }
 
 // Over ZeroMQ the same bodies; hotswap's C++ client sends its keys sorted, and the worker renders

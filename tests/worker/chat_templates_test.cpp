@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 #include "worker/serving/chat_templates.hpp"
@@ -71,6 +72,42 @@ BOOST_AUTO_TEST_CASE(conversations_render_as_transformers_renders_them) {
     ++cases;
   }
   BOOST_TEST(cases == 6);
+}
+
+// Templates in the styles real ones use (system hoisting, macros, loop.first and loop.last,
+// raise_exception on a bad role order, namespaces, tools and tool calls through tojson,
+// enable_thinking, reasoning in history, non-ASCII text), each rendered the chat route's way and
+// tokenized by one of the project's test tokenizers: the text and the ids transformers'
+// apply_chat_template gives.
+BOOST_AUTO_TEST_CASE(real_template_styles_give_transformers_text_and_ids) {
+  std::ifstream in(std::string(HOTSWAP_GOLDEN_DIR) + "/chat_template/golden.json");
+  BOOST_REQUIRE(in.good());
+  const json golden = json::parse(in);
+  int cases = 0;
+  for (const auto& c : golden["applied"]) {
+    const std::string name = c["name"];
+    TempDir dir;
+    json config = c["special"];
+    config["chat_template"] = c["template"];
+    const auto templates = with_config(dir, config);
+    ChatConversation conversation;
+    conversation.messages = c["messages"];
+    conversation.tools = c["tools"];
+    conversation.add_generation_prompt = c["add_generation_prompt"];
+    if (!c["kwargs"].empty()) conversation.chat_template_kwargs = c["kwargs"];
+    ++cases;
+    if (c.contains("error")) {
+      BOOST_TEST(error_of(templates, conversation) == c["error"].get<std::string>(), name);
+      continue;
+    }
+    const std::string text = templates.render(conversation);
+    BOOST_TEST(text == c["text"].get<std::string>(), name);
+    const auto tokenizer =
+        model_loader::Tokenizer::from_file(std::string(HOTSWAP_GOLDEN_DIR) + "/tokenizer/" +
+                                           c["tokenizer"].get<std::string>() + "/tokenizer.json");
+    BOOST_TEST(tokenizer.encode(text, false) == c["ids"].get<std::vector<std::int64_t>>(), name);
+  }
+  BOOST_TEST(cases == 7);
 }
 
 BOOST_AUTO_TEST_CASE(special_tokens_reach_the_template) {
