@@ -107,6 +107,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       HOTSWAP_FUZZ_CHECK(!stop.empty());
   });
 
+  expect_parsed_or_refused([&] {
+    // An accepted chat request: a list of messages, vLLM's logprobs bound, never both prompt
+    // flags, and what completions reads of it within completions' bounds.
+    auto p = protocol::ChatCompletionParams::from_json(nlohmann::ordered_json(request.params));
+    HOTSWAP_FUZZ_CHECK(p.conversation.messages.is_array());
+    HOTSWAP_FUZZ_CHECK(p.top_logprobs >= 0 &&
+                       p.top_logprobs <= protocol::ChatCompletionParams::kMaxLogprobs);
+    HOTSWAP_FUZZ_CHECK(
+        !(p.conversation.add_generation_prompt && p.conversation.continue_final_message));
+    HOTSWAP_FUZZ_CHECK(p.conversation.tools.is_null() || !p.conversation.tools.empty());
+    HOTSWAP_FUZZ_CHECK(p.completion.n >= 1 && p.completion.n <= protocol::CompletionParams::kMaxN);
+  });
+  expect_parsed_or_refused(
+      [&] { protocol::TokenizeChatParams::from_json(nlohmann::ordered_json(request.params)); });
+
   try {
     protocol::validate_params(request.method, request.params);
     if (request.method == "init_weight_transfer_engine") {
