@@ -4,7 +4,11 @@
 #include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 
+#include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
 
 #include "protocol/errors.hpp"
 
@@ -17,8 +21,6 @@ namespace {
 constexpr const char* kSetup = R"PY(
 import datetime
 import json
-import sys
-import time
 
 import jinja2
 import jinja2.ext
@@ -172,7 +174,9 @@ def iterates_over_content(source):
     return found
 
 
-def render(source, variables_json, seconds, max_chars, max_template_chars):
+def render(source, variables_json, max_chars, max_template_chars):
+    # Its time is bounded from outside: past its deadline, a watchdog raises TemplateLimitError
+    # in this thread (CPython's asynchronous exception).
     if len(source) > max_template_chars:
         raise TemplateLimitError(
             f"the chat template has {len(source)} characters; at most {max_template_chars} are "
@@ -185,26 +189,14 @@ def render(source, variables_json, seconds, max_chars, max_template_chars):
         _compiled[source] = template
     variables = json.loads(variables_json)
     _bounds["chars"] = max_chars
-    deadline = time.monotonic() + seconds
-
-    # Called on every line the template's code runs: past the deadline, the render stops.
-    def bound(frame, event, arg):
-        if time.monotonic() > deadline:
-            raise TemplateLimitError(f"the chat template did not render within {seconds:g} s")
-        return bound
-
     pieces = []
     length = 0
-    sys.settrace(bound)
-    try:
-        for piece in template.generate(variables):
-            length += len(piece)
-            if length > max_chars:
-                raise TemplateLimitError(
-                    f"the chat template's output is limited to {max_chars} characters")
-            pieces.append(piece)
-    finally:
-        sys.settrace(None)
+    for piece in template.generate(variables):
+        length += len(piece)
+        if length > max_chars:
+            raise TemplateLimitError(
+                f"the chat template's output is limited to {max_chars} characters")
+        pieces.append(piece)
     return "".join(pieces)
 )PY";
 
@@ -213,10 +205,23 @@ def render(source, variables_json, seconds, max_chars, max_template_chars):
 struct Interpreter {
   py::object render;
   py::object iterates_over_content;
+  PyObject* limit_error = nullptr;  // TemplateLimitError, the watchdog's exception
   std::string jinja_version;
 };
 
 Interpreter* start_interpreter() {
+#if defined(__SANITIZE_ADDRESS__)
+  // Instrumented, the interpreter keeps its objects in malloc's memory rather than in its own
+  // arenas (mapped memory, which leak checking does not read): what they hold on to (OpenSSL's
+  // state behind hashlib, say) is then seen as held, not leaked.
+  PyPreConfig pre;
+  PyPreConfig_InitIsolatedConfig(&pre);
+  pre.allocator = PYMEM_ALLOCATOR_MALLOC;
+  if (PyStatus_Exception(Py_PreInitialize(&pre))) {
+    throw protocol::RuntimeError(
+        "cannot prepare the Python interpreter that renders chat templates");
+  }
+#endif
   PyConfig config;
   // Isolated: PYTHONPATH, PYTHONHOME and the user's site directory (a virtual environment's,
   // say) do not reach it; Debian's site module still adds /usr/lib/python3/dist-packages, where
@@ -239,6 +244,7 @@ Interpreter* start_interpreter() {
     py::exec(kSetup, space);
     state->render = space["render"];
     state->iterates_over_content = space["iterates_over_content"];
+    state->limit_error = py::object(space["TemplateLimitError"]).release().ptr();
     state->jinja_version = py::str(py::module_::import("jinja2").attr("__version__"));
   } catch (const py::error_already_set& e) {
     throw protocol::RuntimeError(
@@ -267,6 +273,62 @@ class Gil {
   PyGILState_STATE state_;
 };
 
+// Ends a render that runs past its time. Its thread waits for the render's deadline; past it,
+// it raises TemplateLimitError in the rendering thread (CPython's asynchronous exception, which
+// the interpreter's loop takes between two bytecodes). A render pays nothing for it: a trace
+// function called on every line of the template's code tripled a render's time.
+class RenderWatchdog {
+ public:
+  explicit RenderWatchdog(PyObject* error) : error_(error) {
+    std::thread([this] { watch(); }).detach();  // lives as long as the process
+  }
+  // Both with the interpreter's lock held, by the rendering thread: the watchdog raises only
+  // while it holds that lock itself, so a render that has ended is never hit.
+  void arm(std::chrono::steady_clock::time_point deadline) {
+    std::lock_guard lock(mutex_);
+    thread_ = PyThread_get_thread_ident();
+    deadline_ = deadline;
+    armed_ = true;
+    fired_ = false;
+    changed_.notify_all();
+  }
+  // Whether it fired (the exception may still be pending: dropped here).
+  bool disarm() {
+    std::lock_guard lock(mutex_);
+    armed_ = false;
+    if (fired_) PyThreadState_SetAsyncExc(thread_, nullptr);
+    changed_.notify_all();
+    return fired_;
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return armed_ && !fired_; });
+      if (changed_.wait_until(lock, deadline_, [&] { return !armed_; })) continue;
+      lock.unlock();
+      {
+        Gil gil;  // the rendering thread lets it go every few milliseconds
+        std::lock_guard check(mutex_);
+        if (armed_ && !fired_ && std::chrono::steady_clock::now() >= deadline_) {
+          PyThreadState_SetAsyncExc(thread_, error_);
+          fired_ = true;
+        }
+      }
+      lock.lock();
+    }
+  }
+
+  PyObject* error_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  unsigned long thread_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  bool armed_ = false;
+  bool fired_ = false;
+};
+
 std::mutex& render_mutex() {
   static std::mutex mutex;
   return mutex;
@@ -279,8 +341,14 @@ Interpreter& interpreter() {
 
 }  // namespace
 
+RenderWatchdog& watchdog() {
+  static RenderWatchdog* const dog = new RenderWatchdog(interpreter().limit_error);
+  return *dog;
+}
+
 JinjaRenderer::JinjaRenderer() {
   (void)interpreter();
+  (void)watchdog();
 }
 
 JinjaRenderer& JinjaRenderer::instance() {
@@ -297,17 +365,26 @@ std::string JinjaRenderer::render(const std::string& source,
   const std::string variables_json = variables.dump();
   std::lock_guard lock(render_mutex());
   Interpreter& python = interpreter();
+  RenderWatchdog& dog = watchdog();
   Gil gil;
+  std::optional<std::string> error;
+  std::string text;
+  dog.arm(std::chrono::steady_clock::now() + limits.time);
   try {
-    const double seconds = std::chrono::duration<double>(limits.time).count();
-    return python
-        .render(source, variables_json, seconds, limits.max_chars, limits.max_template_chars)
-        .cast<std::string>();
+    text = python.render(source, variables_json, limits.max_chars, limits.max_template_chars)
+               .cast<std::string>();
   } catch (py::error_already_set& e) {
     // Jinja2's message, as vLLM answers it (the exception's text). `e` goes while the
     // interpreter's lock is still held.
-    throw protocol::ValueError(py::str(e.value()));
+    error = py::str(e.value());
   }
+  if (dog.disarm()) {
+    std::ostringstream limit;
+    limit << std::chrono::duration<double>(limits.time).count();
+    throw protocol::ValueError("the chat template did not render within " + limit.str() + " s");
+  }
+  if (error) throw protocol::ValueError(*error);
+  return text;
 }
 
 bool JinjaRenderer::iterates_over_content(const std::string& source) {
