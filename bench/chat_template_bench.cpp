@@ -107,9 +107,9 @@ int main(int argc, char** argv) {
   const nlohmann::json extra = {{"cases", cases.size()}, {"renders_per_case", renders}};
   if (peer_median_rate.size() == median_rate.size()) {
     bench::report_against_limit("chat_template", "render, median", median_rate, peer_median_rate,
-                                "renders/s", "time_vs_transformers", true, extra);
+                                "renders/s", "ratio_of_transformers_time", true, extra);
     bench::report_against_limit("chat_template", "render, p99", p99_rate, peer_p99_rate,
-                                "renders/s", "time_vs_transformers", true, extra);
+                                "renders/s", "ratio_of_transformers_time", true, extra);
   } else {
     bench::report_spread("chat_template", "render, median", median_rate, "renders/s", extra);
     bench::report_spread("chat_template", "render, p99", p99_rate, "renders/s", extra);

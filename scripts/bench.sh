@@ -39,6 +39,7 @@ run "$bench/hotswap_numerics_bench" --json
 run "$bench/hotswap_many_senders_bench"
 run "$bench/hotswap_tensor_parallel_bench"
 run "$bench/hotswap_tokenizer_bench" --json
+run "$bench/hotswap_chat_template_bench" --json
 run "$bench/hotswap_serving_bench" --json
 run "$bench/hotswap_serving_updates_bench" --json
 # The Python trainer SDK against the same push from C++, where the package was built.
