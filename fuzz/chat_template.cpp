@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   worker::RenderLimits limits;
   limits.time = std::chrono::milliseconds(200);
   limits.max_chars = 64 << 10;
-  limits.max_template_chars = 16 << 10;
+  limits.max_template_bytes = 16 << 10;
   const std::string source(fuzz::as_text(data, size));
   try {
     const std::string text = worker::JinjaRenderer::instance().render(source, variables(), limits);
@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::check_error_reply(e);
   }
   try {
-    worker::JinjaRenderer::instance().iterates_over_content(source);
+    worker::JinjaRenderer::instance().iterates_over_content(source, limits);
   } catch (const protocol::Error& e) {
     fuzz::check_error_reply(e);
   }

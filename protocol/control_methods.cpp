@@ -155,6 +155,10 @@ const std::vector<ControlMethod>& control_methods() {
   return table;
 }
 
+bool carries_conversation(const ControlMethod& m, const json& params) {
+  return m.keeps_key_order && params.is_object() && params.contains("messages");
+}
+
 const ControlMethod* find_control_method(std::string_view name) {
   for (const auto& m : control_methods()) {
     if (m.name == name) return &m;

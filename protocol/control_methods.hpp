@@ -79,6 +79,12 @@ struct ControlMethod {
 // Every method, in the order docs/architecture.md lists them.
 const std::vector<ControlMethod>& control_methods();
 
+// Whether a call of `m` with `params` holds a conversation (`messages`) whose key order a
+// `keeps_key_order` method keeps: the frontends then read the body again as
+// nlohmann::ordered_json. Without one, order shows nowhere, and a large body (60 MB to tokenize)
+// is not parsed twice.
+bool carries_conversation(const ControlMethod& m, const nlohmann::json& params);
+
 // The method called `name`, or nullptr.
 const ControlMethod* find_control_method(std::string_view name);
 // The method called `name`; MethodNotFound ("Method not found: 'x'") when there is none.

@@ -88,9 +88,9 @@ BOOST_AUTO_TEST_CASE(a_render_is_bounded_in_output) {
   // Within the bounds, the same operators work.
   BOOST_TEST(JinjaRenderer::instance().render("{{ 'ab' * 3 }} {{ 2 ** 10 }} {{ 3 * 4 }}",
                                               json::object(), limits) == "ababab 1024 12");
-  limits.max_template_chars = 10;
+  limits.max_template_bytes = 10;
   BOOST_TEST(error_of("{{ messages }}{{ messages }}", json::object(), limits) ==
-             "the chat template has 28 characters; at most 10 are taken");
+             "the chat template has 28 bytes; at most 10 are taken");
 }
 
 BOOST_AUTO_TEST_CASE(variables_are_a_json_object) {

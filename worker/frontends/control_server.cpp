@@ -235,8 +235,12 @@ void ControlServer::start_completion(const protocol::RpcRequest& request,
   const auto id_text = request.id_text;
   std::shared_ptr<CompletionRun> run;
   try {
-    run = ordered ? service_.start_whole_chat_completion(*ordered)
-                  : service_.start_whole_completion(request.params);
+    if (request.method == protocol::methods::kChatCompletions) {
+      run = service_.start_whole_chat_completion(ordered ? *ordered
+                                                         : nlohmann::ordered_json(request.params));
+    } else {
+      run = service_.start_whole_completion(request.params);
+    }
   } catch (const std::exception& e) {
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
     if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
@@ -284,10 +288,10 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     return;
   }
   const protocol::ControlMethod* method = protocol::find_control_method(request.method);
-  // A method whose params keep the client's key order reads them again from the frame, as
-  // written (it parsed within the bounds above).
+  // A conversation's params again, from the frame, their keys in the order written (it parsed
+  // within the bounds above).
   std::optional<nlohmann::ordered_json> ordered;
-  if (method != nullptr && method->keeps_key_order) {
+  if (method != nullptr && protocol::carries_conversation(*method, request.params)) {
     auto frame = nlohmann::ordered_json::parse(body);
     auto params = frame.find("params");
     ordered = params != frame.end() ? std::move(*params) : nlohmann::ordered_json::object();

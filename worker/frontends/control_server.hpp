@@ -69,7 +69,8 @@ class ControlServer {
   std::optional<Connection> connection_of(int fd);
   void start_generate(const protocol::RpcRequest& request, Reply reply,
                       std::optional<Connection> connection);
-  // A completion, or a chat completion (its params as the client ordered them).
+  // A completion, or a chat completion (`ordered`: its conversation's params as the client
+  // ordered them).
   void start_completion(const protocol::RpcRequest& request,
                         std::optional<nlohmann::ordered_json> ordered, Reply reply,
                         std::optional<Connection> connection);
@@ -78,7 +79,8 @@ class ControlServer {
   void flush();
   void on_monitor_event();
   void start_zap_handler(const std::string& authorized_keys_dir);
-  // A call's reply frame; `ordered`: its params as the client ordered them (keeps_key_order).
+  // A call's reply frame; `ordered`: a conversation's params as the client ordered them
+  // (protocol::carries_conversation).
   std::string run_call(const protocol::RpcRequest& request,
                        const std::optional<nlohmann::ordered_json>& ordered = std::nullopt);
 

@@ -253,25 +253,25 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
         }
         const auto gone = [&req] { return req.peer_gone(); };
         const bool chat = m->name == protocol::methods::kChatCompletions;
-        // The body again, with its keys in the order the client wrote them (it parsed within
-        // the bounds above).
-        nlohmann::ordered_json ordered;
-        if (m->keeps_key_order) {
-          ordered = req.body.empty() ? nlohmann::ordered_json::object()
-                                     : nlohmann::ordered_json::parse(req.body);
-        }
+        // A conversation's body again, its keys in the order the client wrote them (it parsed
+        // within the bounds above).
+        const bool conversation = protocol::carries_conversation(*m, *body);
+        nlohmann::ordered_json ordered =
+            conversation ? nlohmann::ordered_json::parse(req.body) : nlohmann::ordered_json();
         if (m->name != protocol::methods::kCompletions && !chat) {
-          return json_response(200, m->keeps_key_order
+          return json_response(200, conversation
                                         ? service_.call_ordered(std::string(m->name), ordered, gone)
                                         : service_.call(std::string(m->name), *body, gone));
         }
         // vLLM names a completion after the X-Request-Id header, over the body's request_id.
         if (auto id = req.header("x-request-id")) {
           (*body)["request_id"] = *id;
-          ordered["request_id"] = *id;
+          if (conversation) ordered["request_id"] = *id;
         }
-        auto run = chat ? service_.start_chat_completion(ordered, gone)
-                        : service_.start_completion(*body, gone);
+        auto run = !chat ? service_.start_completion(*body, gone)
+                   : conversation
+                       ? service_.start_chat_completion(ordered, gone)
+                       : service_.start_chat_completion(nlohmann::ordered_json(*body), gone);
         if (run->streaming()) {
           stream_completion(res, std::move(run));
           return res;

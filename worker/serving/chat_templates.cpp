@@ -335,7 +335,7 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
 
 std::string ChatTemplates::render(const ChatConversation& c, const RenderLimits& limits) const {
   if (!c.messages.is_array()) throw protocol::ValueError("`messages` must be a list of messages");
-  const bool parts_as_list = JinjaRenderer::instance().iterates_over_content(select(c));
+  const bool parts_as_list = JinjaRenderer::instance().iterates_over_content(select(c), limits);
   ChatConversation converted = c;
   converted.messages = ordered_json::array();
   for (std::size_t m = 0; m < c.messages.size(); ++m)

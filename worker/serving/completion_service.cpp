@@ -490,12 +490,9 @@ ordered_json CompletionRun::response() const {
   for (const auto& c : choices_) {
     ordered_json choice = {{"index", c->index}};
     if (chat_) {
-      choice["message"] = {{"role", chat_->role},
-                           {"content", chat_->echo + c->text},
-                           {"refusal", nullptr},
-                           {"annotations", nullptr},
-                           {"audio", nullptr},
-                           {"function_call", nullptr},
+      choice["message"] = {{"role", chat_->role}, {"content", chat_->echo + c->text},
+                           {"refusal", nullptr},  {"annotations", nullptr},
+                           {"audio", nullptr},    {"function_call", nullptr},
                            {"reasoning", nullptr}};
       choice["logprobs"] = logprobs_of(*c, false, 0, 0);
     } else {

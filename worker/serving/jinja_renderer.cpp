@@ -174,13 +174,9 @@ def iterates_over_content(source):
     return found
 
 
-def render(source, variables_json, max_chars, max_template_chars):
-    # Its time is bounded from outside: past its deadline, a watchdog raises TemplateLimitError
-    # in this thread (CPython's asynchronous exception).
-    if len(source) > max_template_chars:
-        raise TemplateLimitError(
-            f"the chat template has {len(source)} characters; at most {max_template_chars} are "
-            "taken")
+def render(source, variables_json, max_chars):
+    # Its time and the template's size are bounded from outside: past its deadline, a watchdog
+    # raises TemplateLimitError in this thread (CPython's asynchronous exception).
     template = _compiled.get(source)
     if template is None:
         template = _environment.from_string(source)
@@ -356,27 +352,29 @@ JinjaRenderer& JinjaRenderer::instance() {
   return *renderer;
 }
 
-std::string JinjaRenderer::render(const std::string& source,
-                                  const nlohmann::ordered_json& variables,
-                                  const RenderLimits& limits) {
-  if (!variables.is_object()) {
-    throw protocol::ValueError("a chat template's variables are a JSON object");
+namespace {
+
+// Runs `call` (Python, under the interpreter's lock) for a template `source`, within `limits`:
+// the template's size checked first, its time by the watchdog; a Python error becomes a
+// ValueError with its text (Jinja2's message, as vLLM answers it).
+template <class Result, class Call>
+Result bounded(const std::string& source, const RenderLimits& limits, Call&& call) {
+  if (source.size() > limits.max_template_bytes) {
+    throw protocol::ValueError("the chat template has " + std::to_string(source.size()) +
+                               " bytes; at most " + std::to_string(limits.max_template_bytes) +
+                               " are taken");
   }
-  const std::string variables_json = variables.dump();
   std::lock_guard lock(render_mutex());
   Interpreter& python = interpreter();
   RenderWatchdog& dog = watchdog();
   Gil gil;
   std::optional<std::string> error;
-  std::string text;
+  Result result{};
   dog.arm(std::chrono::steady_clock::now() + limits.time);
   try {
-    text = python.render(source, variables_json, limits.max_chars, limits.max_template_chars)
-               .cast<std::string>();
+    result = call(python).template cast<Result>();
   } catch (py::error_already_set& e) {
-    // Jinja2's message, as vLLM answers it (the exception's text). `e` goes while the
-    // interpreter's lock is still held.
-    error = py::str(e.value());
+    error = py::str(e.value());  // `e` goes while the interpreter's lock is still held
   }
   if (dog.disarm()) {
     std::ostringstream limit;
@@ -384,18 +382,26 @@ std::string JinjaRenderer::render(const std::string& source,
     throw protocol::ValueError("the chat template did not render within " + limit.str() + " s");
   }
   if (error) throw protocol::ValueError(*error);
-  return text;
+  return result;
 }
 
-bool JinjaRenderer::iterates_over_content(const std::string& source) {
-  std::lock_guard lock(render_mutex());
-  Interpreter& python = interpreter();
-  Gil gil;
-  try {
-    return python.iterates_over_content(source).cast<bool>();
-  } catch (py::error_already_set& e) {
-    throw protocol::ValueError(py::str(e.value()));
+}  // namespace
+
+std::string JinjaRenderer::render(const std::string& source,
+                                  const nlohmann::ordered_json& variables,
+                                  const RenderLimits& limits) {
+  if (!variables.is_object()) {
+    throw protocol::ValueError("a chat template's variables are a JSON object");
   }
+  const std::string variables_json = variables.dump();
+  return bounded<std::string>(source, limits, [&](Interpreter& python) {
+    return python.render(source, variables_json, limits.max_chars);
+  });
+}
+
+bool JinjaRenderer::iterates_over_content(const std::string& source, const RenderLimits& limits) {
+  return bounded<bool>(source, limits,
+                       [&](Interpreter& python) { return python.iterates_over_content(source); });
 }
 
 std::string JinjaRenderer::jinja_version() {

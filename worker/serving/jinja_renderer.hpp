@@ -24,7 +24,7 @@ namespace hotswap::worker {
 struct RenderLimits {
   std::chrono::milliseconds time{5000};  // the render's own time, from its first statement
   std::size_t max_chars = 4 << 20;       // of the rendered text (and of a `*` product in it)
-  std::size_t max_template_chars = 1 << 20;
+  std::size_t max_template_bytes = 1 << 20;
 };
 
 class JinjaRenderer {
@@ -43,7 +43,7 @@ class JinjaRenderer {
   // Whether `source` loops over a message's content (`{% for part in message['content'] %}`),
   // and so takes it as a list of parts rather than text: vLLM's "auto" content format. A
   // template that does not parse takes text.
-  bool iterates_over_content(const std::string& source);
+  bool iterates_over_content(const std::string& source, const RenderLimits& limits = {});
 
   // The Jinja2 the renderer runs, e.g. "3.1.2".
   std::string jinja_version();
