@@ -2,7 +2,8 @@
 // --trust-request-chat-template): Jinja2 in the embedded interpreter, sandboxed and bounded.
 // Whatever the template, the render ends within its time bound with text within its output
 // bound, or with a ValueError that can be sent back; nothing else (no other exception, no crash,
-// no hang, no runaway memory).
+// no hang). Memory is bounded only where `*`, `**` and `+` build sequences; a single call that
+// allocates in C (a huge `center` or format width) is not, and libFuzzer's RSS limit says so.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -441,7 +441,7 @@ std::shared_ptr<CompletionRun> WorkerService::start_chat_completion(
 
 std::shared_ptr<CompletionRun> WorkerService::start_whole_chat_completion(
     const nlohmann::ordered_json& params) {
-  if (params.is_object() && params.value("stream", false) == true) {
+  if (params.is_object() && params.contains("stream") && params["stream"] == true) {
     throw protocol::ValueError(
         "`stream: true` is served on the HTTP route /v1/chat/completions (server-sent events); "
         "over ZeroMQ a chat completion comes back whole");
@@ -494,7 +494,7 @@ json WorkerService::tokenize_text(const std::string& text, bool add_special_toke
 }
 
 std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json& params) {
-  if (params.is_object() && params.value("stream", false) == true) {
+  if (params.is_object() && params.contains("stream") && params["stream"] == true) {
     throw protocol::ValueError(
         "`stream: true` is served on the HTTP route /v1/completions (server-sent events); over "
         "ZeroMQ a completion comes back whole");

@@ -242,6 +242,16 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
                                   {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}})) ==
              "Unsupported chat content part type: 'image_url' in messages[0]. hotswap's models "
              "take text: parts of type text, input_text, output_text, refusal or thinking");
+  // Arguments as JSON text escaped the body's depth check: nested deeper than any request may,
+  // they are refused, never copied (copying 500,000 levels overflowed the stack).
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  BOOST_TEST(
+      error_of(text, conversation({{{"role", "assistant"},
+                                    {"content", ""},
+                                    {"tool_calls",
+                                     {{{"type", "function"},
+                                       {"function", {{"name", "f"}, {"arguments", deep}}}}}}}})) ==
+      "the arguments of a tool call in messages[0] nest deeper than 128 levels");
   BOOST_TEST(error_of(text, conversation({{{"content", "x"}}})) ==
              "messages[0] needs a `role`, a string");
   BOOST_TEST(error_of(text, conversation({"hello"})) ==

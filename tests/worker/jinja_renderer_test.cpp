@@ -83,6 +83,11 @@ BOOST_AUTO_TEST_CASE(a_render_is_bounded_in_output) {
   BOOST_TEST(error_of("{{ (messages * 600) | length }}", {{"messages", {1, 2}}}, limits) ==
              "the chat template's output is limited to 1000 characters, and a `*` in it would "
              "make 1200");
+  BOOST_TEST(error_of("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                      "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                      json::object(), limits) ==
+             "the chat template's output is limited to 1000 characters, and a `+` in it would "
+             "make 1024");
   BOOST_TEST(error_of("{{ 10 ** 100000000 }}", json::object(), limits) ==
              "the chat template raises 10 to the power 100000000, past its bounds");
   // Within the bounds, the same operators work.

@@ -227,20 +227,14 @@ void ControlServer::start_generate(const protocol::RpcRequest& request, Reply re
   if (connection) connection_of_ticket_.emplace(*ticket, *connection);
 }
 
-void ControlServer::start_completion(const protocol::RpcRequest& request,
-                                     std::optional<nlohmann::ordered_json> ordered, Reply reply,
+void ControlServer::start_completion(const protocol::RpcRequest& request, Reply reply,
                                      std::optional<Connection> connection) {
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
   const auto id = request.id;
   const auto id_text = request.id_text;
   std::shared_ptr<CompletionRun> run;
   try {
-    if (request.method == protocol::methods::kChatCompletions) {
-      run = service_.start_whole_chat_completion(ordered ? *ordered
-                                                         : nlohmann::ordered_json(request.params));
-    } else {
-      run = service_.start_whole_completion(request.params);
-    }
+    run = service_.start_whole_completion(request.params);
   } catch (const std::exception& e) {
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
     if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
@@ -303,9 +297,10 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     start_generate(request, std::move(reply), connection_of(fd));
     return;
   }
-  if (request.method == protocol::methods::kCompletions ||
-      request.method == protocol::methods::kChatCompletions) {
-    start_completion(request, std::move(ordered), std::move(reply), connection_of(fd));
+  // A chat completion renders its template first, which may take seconds: it runs on the pool
+  // like the other long calls (answered whole, holding a thread), never on this thread.
+  if (request.method == protocol::methods::kCompletions) {
+    start_completion(request, std::move(reply), connection_of(fd));
     return;
   }
   // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.

@@ -69,10 +69,7 @@ class ControlServer {
   std::optional<Connection> connection_of(int fd);
   void start_generate(const protocol::RpcRequest& request, Reply reply,
                       std::optional<Connection> connection);
-  // A completion, or a chat completion (`ordered`: its conversation's params as the client
-  // ordered them).
-  void start_completion(const protocol::RpcRequest& request,
-                        std::optional<nlohmann::ordered_json> ordered, Reply reply,
+  void start_completion(const protocol::RpcRequest& request, Reply reply,
                         std::optional<Connection> connection);
   void send(Reply reply);
   void complete(Reply reply);  // from any thread: queue it for the socket thread

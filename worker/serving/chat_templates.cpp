@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::worker {
@@ -306,7 +307,15 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
       auto& function = call["function"];
       auto arguments = function.find("arguments");
       if (arguments == function.end() || !arguments->is_string()) continue;
-      ordered_json value = ordered_json::parse(arguments->get<std::string>(), nullptr, false);
+      const std::string text = arguments->get<std::string>();
+      // Text inside a string escaped the body's depth check: nested too deep, copying or
+      // printing it would overflow the stack.
+      if (protocol::scan_json(text).too_deep) {
+        throw protocol::ValueError("the arguments of a tool call in messages[" + std::to_string(m) +
+                                   "] nest deeper than " + std::to_string(protocol::kMaxJsonDepth) +
+                                   " levels");
+      }
+      ordered_json value = ordered_json::parse(text, nullptr, false);
       *arguments = value.is_object() || value.is_array() ? value : ordered_json::object();
     }
     out["tool_calls"] = std::move(parsed);

@@ -87,7 +87,7 @@ class _Generation(jinja2.ext.Extension):
 class _Environment(ImmutableSandboxedEnvironment):
     # One expression of C code is not interrupted by the time bound: `*` and `**` are checked
     # before they run, against the output bound.
-    intercepted_binops = frozenset(["*", "**"])
+    intercepted_binops = frozenset(["*", "**", "+"])
 
     def call_binop(self, context, operator, left, right):
         limit = _bounds["chars"]
@@ -98,6 +98,13 @@ class _Environment(ImmutableSandboxedEnvironment):
                     raise TemplateLimitError(
                         f"the chat template's output is limited to {limit} characters, and a "
                         f"`*` in it would make {len(sequence) * times}")
+        elif operator == "+":
+            # Doubling a string or a list in a loop reaches gigabytes within the time bound.
+            if (isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple))
+                    and len(left) + len(right) > limit):
+                raise TemplateLimitError(
+                    f"the chat template's output is limited to {limit} characters, and a `+` in "
+                    f"it would make {len(left) + len(right)}")
         elif operator == "**":
             if (isinstance(left, int) and isinstance(right, int) and abs(left) > 1
                     and right * max(1, abs(left).bit_length()) > 8 * limit):
@@ -243,9 +250,10 @@ Interpreter* start_interpreter() {
     state->limit_error = py::object(space["TemplateLimitError"]).release().ptr();
     state->jinja_version = py::str(py::module_::import("jinja2").attr("__version__"));
   } catch (const py::error_already_set& e) {
+    const std::string why = e.what();
+    (void)PyEval_SaveThread();  // the lock goes with the failure, never kept by this thread
     throw protocol::RuntimeError(
-        std::string("cannot set up Jinja2 to render chat templates (Debian's python3-jinja2): ") +
-        e.what());
+        "cannot set up Jinja2 to render chat templates (Debian's python3-jinja2): " + why);
   }
   // pybind11's own state, made here while this thread holds the interpreter's lock: made later
   // by the first thread to use pybind11, it freed that thread's state and then used it (ASan:
@@ -325,13 +333,24 @@ class RenderWatchdog {
   bool fired_ = false;
 };
 
-std::mutex& render_mutex() {
-  static std::mutex mutex;
+std::timed_mutex& render_mutex() {
+  static std::timed_mutex mutex;
   return mutex;
 }
 
+// The interpreter, started once: a start that failed is not tried again (the runtime is half up),
+// and every later use says why it failed.
 Interpreter& interpreter() {
-  static Interpreter* const state = start_interpreter();
+  static std::exception_ptr failed;
+  static Interpreter* const state = []() -> Interpreter* {
+    try {
+      return start_interpreter();
+    } catch (...) {
+      failed = std::current_exception();
+      return nullptr;
+    }
+  }();
+  if (state == nullptr) std::rethrow_exception(failed);
   return *state;
 }
 
@@ -359,28 +378,51 @@ namespace {
 // ValueError with its text (Jinja2's message, as vLLM answers it).
 template <class Result, class Call>
 Result bounded(const std::string& source, const RenderLimits& limits, Call&& call) {
+  const auto deadline = std::chrono::steady_clock::now() + limits.time;
+  auto out_of_time = [&] {
+    std::ostringstream limit;
+    limit << std::chrono::duration<double>(limits.time).count();
+    return protocol::ValueError("the chat template did not render within " + limit.str() + " s");
+  };
   if (source.size() > limits.max_template_bytes) {
     throw protocol::ValueError("the chat template has " + std::to_string(source.size()) +
                                " bytes; at most " + std::to_string(limits.max_template_bytes) +
                                " are taken");
   }
-  std::lock_guard lock(render_mutex());
+  // Renders take turns; the wait for one's turn counts against its time.
+  std::unique_lock lock(render_mutex(), std::defer_lock);
+  if (!lock.try_lock_until(deadline)) throw out_of_time();
   Interpreter& python = interpreter();
   RenderWatchdog& dog = watchdog();
   Gil gil;
+  // Disarmed however the call ends: armed, the watchdog would hit a later, unrelated render.
+  struct Armed {
+    RenderWatchdog& dog;
+    bool fired = false;
+    ~Armed() {
+      if (!fired) dog.disarm();
+    }
+    bool end() {
+      fired = true;
+      return dog.disarm();
+    }
+  } armed{dog};
+  dog.arm(deadline);
   std::optional<std::string> error;
   Result result{};
-  dog.arm(std::chrono::steady_clock::now() + limits.time);
   try {
     result = call(python).template cast<Result>();
   } catch (py::error_already_set& e) {
-    error = py::str(e.value());  // `e` goes while the interpreter's lock is still held
+    // Jinja2's message, as vLLM answers it; `e` goes while the interpreter's lock is held.
+    try {
+      error = py::str(e.value());
+    } catch (...) {
+      error = "the chat template failed, and its error could not be read";
+    }
+  } catch (const py::cast_error& e) {
+    error = std::string("the chat template's result was not what it should be: ") + e.what();
   }
-  if (dog.disarm()) {
-    std::ostringstream limit;
-    limit << std::chrono::duration<double>(limits.time).count();
-    throw protocol::ValueError("the chat template did not render within " + limit.str() + " s");
-  }
+  if (armed.end()) throw out_of_time();
   if (error) throw protocol::ValueError(*error);
   return result;
 }
