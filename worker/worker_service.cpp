@@ -460,11 +460,7 @@ json WorkerService::call_ordered(const std::string& method, const nlohmann::orde
     if (chat) return json(start_whole_chat_completion(params)->wait(caller_gone));
     // vLLM's TokenizeChatRequest: the conversation as the chat route renders it.
     auto request = protocol::TokenizeChatParams::from_json(params);
-    if (request.conversation.chat_template && !options_.trust_request_chat_template) {
-      throw protocol::ValueError(
-          "Chat template is passed with request, but --trust-request-chat-template is not set. "
-          "Refused request with untrusted chat template.");
-    }
+    refuse_untrusted_template(request.conversation, options_.trust_request_chat_template);
     return tokenize_text(chat_templates_.render(request.conversation), request.add_special_tokens,
                          request.return_token_strs, caller_gone);
   } catch (const protocol::Error&) {

@@ -160,6 +160,14 @@ BOOST_AUTO_TEST_CASE(chat_template_jinja_and_the_flag_take_precedence) {
   // Not a file: the template itself, its escapes decoded as vLLM decodes them.
   BOOST_TEST(ChatTemplates::load(dir.path, std::string(R"({{ 'a' }}\n\t\u00e9\\)"))
                  .render(conversation(json::array())) == "a\n\té\\");
+  // A directory is no template file either.
+  try {
+    ChatTemplates::load(dir.path, dir.path.string());
+    BOOST_FAIL("a directory was taken as a template");
+  } catch (const protocol::ValueError& e) {
+    BOOST_TEST(
+        std::string(e.what()).ends_with("looks like a file path, but it failed to be opened."));
+  }
   try {
     ChatTemplates::load(dir.path, std::string("templates/missing.jinja"));
     BOOST_FAIL("a path-like template that is no file was taken");
@@ -211,9 +219,8 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
         {{{"id", "1"},
           {"type", "function"},
           {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}},
-         {{"id", "2"},
-          {"type", "function"},
-          {"function", {{"name", "g"}, {"arguments", "[oops"}}}}}}},
+         {{"id", "2"}, {"type", "function"}, {"function", {{"name", "g"}, {"arguments", "[oops"}}}},
+         {{"id", "3"}, {"type", "function"}, {"function", {{"name", "h"}}}}}}},
       {{"role", "tool"},
        {"tool_call_id", "1"},
        {"content", {{{"type", "text"}, {"text", "r1"}}, "r2"}}}};
@@ -225,7 +232,8 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
                               "tool_calls": [{"id": "1", "type": "function",
                                               "function": {"name": "f", "arguments": {"x": 1}}},
                                              {"id": "2", "type": "function",
-                                              "function": {"name": "g", "arguments": {}}}],
+                                              "function": {"name": "g", "arguments": {}}},
+                                             {"id": "3", "type": "function", "function": {"name": "h", "arguments": {}}}],
                               "reasoning": "why", "reasoning_content": "why"},
                              {"role": "tool", "content": "r1\nr2", "tool_call_id": "1"}])"));
   TempDir parts_dir;

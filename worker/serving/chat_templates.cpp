@@ -17,6 +17,8 @@ using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 std::optional<std::string> read_file(const fs::path& path) {
+  std::error_code ignored;
+  if (!fs::is_regular_file(path, ignored)) return std::nullopt;  // a directory opens, and reads ""
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::ostringstream text;
@@ -306,7 +308,12 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
         continue;
       auto& function = call["function"];
       auto arguments = function.find("arguments");
-      if (arguments == function.end() || !arguments->is_string()) continue;
+      // None at all reaches the template as {}, as vLLM hands it over.
+      if (arguments == function.end() || arguments->is_null()) {
+        function["arguments"] = ordered_json::object();
+        continue;
+      }
+      if (!arguments->is_string()) continue;
       const std::string text = arguments->get<std::string>();
       // Text inside a string escaped the body's depth check: nested too deep, copying or
       // printing it would overflow the stack.
@@ -341,6 +348,14 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
 }
 
 }  // namespace
+
+void refuse_untrusted_template(const ChatConversation& c, bool trusted) {
+  if (c.chat_template && !trusted) {
+    throw protocol::ValueError(
+        "Chat template is passed with request, but --trust-request-chat-template is not set. "
+        "Refused request with untrusted chat template.");
+  }
+}
 
 std::string ChatTemplates::render(const ChatConversation& c, const RenderLimits& limits) const {
   if (!c.messages.is_array()) throw protocol::ValueError("`messages` must be a list of messages");

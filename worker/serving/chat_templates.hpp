@@ -57,4 +57,8 @@ class ChatTemplates {
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
 };
 
+// vLLM's refusal of a request that brings its own `chat_template` to a server not started with
+// --trust-request-chat-template (`trusted`).
+void refuse_untrusted_template(const ChatConversation& c, bool trusted);
+
 }  // namespace hotswap::worker

@@ -644,11 +644,7 @@ std::shared_ptr<CompletionRun> CompletionService::start_chat(
         "chat completions need the model's tokenizer, and this worker has none (no "
         "tokenizer.json, or --skip-tokenizer-init): use /v1/completions with token ids");
   }
-  if (conversation.chat_template && !trust_request_template) {
-    throw protocol::ValueError(
-        "Chat template is passed with request, but --trust-request-chat-template is not set. "
-        "Refused request with untrusted chat template.");
-  }
+  refuse_untrusted_template(conversation, trust_request_template);
   protocol::CompletionParams p = params.completion;
   p.prompts = {protocol::CompletionPrompt{templates.render(conversation), {}}};
   CompletionRun::Chat chat;
