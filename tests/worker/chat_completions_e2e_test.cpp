@@ -9,11 +9,16 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include "model_loader/model_test_support.hpp"
 #include "protocol/errors.hpp"
+#include "protocol/jsonrpc.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "worker/rpc_error.hpp"
@@ -283,6 +288,37 @@ BOOST_AUTO_TEST_CASE(a_request_template_needs_trust_and_a_model_needs_a_template
                         {{"messages", user},
                          {"chat_template", "{{ messages[0].content }}"},
                          {"max_tokens", 2}})["choices"][0]["finish_reason"] == "length");
+}
+
+// A ZeroMQ client that sends a chat completion and leaves cancels it, as it would a completion:
+// held by a paused worker, the chat would otherwise wait until its --timeout.
+BOOST_FIXTURE_TEST_CASE(a_zeromq_client_that_leaves_cancels_its_chat, Fixture) {
+  trainer_sdk::RpcClient observer(worker->endpoint(), 30s);
+  observer.call("pause", {{"mode", "keep"}});
+  auto in_flight_becomes = [&](int n, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (observer.call("health")["requests_in_flight"] != n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
+  };
+  {
+    zmq::context_t context;
+    zmq::socket_t leaving(context, zmq::socket_type::dealer);
+    leaving.set(zmq::sockopt::linger, 0);
+    leaving.connect(worker->endpoint());
+    const std::string frame =
+        protocol::make_request(1, "chat_completions",
+                               nlohmann::json(chat({{"max_tokens", 290}, {"ignore_eos", true}})))
+            .dump();
+    std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(frame)};
+    zmq::send_multipart(leaving, parts);
+    BOOST_REQUIRE(in_flight_becomes(1, 10s));
+  }  // the client closes its socket and leaves
+  BOOST_TEST(in_flight_becomes(0, 5s));
+  observer.call("resume");
+  BOOST_TEST(ok("/v1/chat/completions", chat())["choices"][0]["finish_reason"] == "length");
 }
 
 // Over ZeroMQ the same bodies; hotswap's C++ client sends its keys sorted, and the worker renders

@@ -163,11 +163,14 @@ void ControlServer::flush() {
 }
 
 std::string ControlServer::run_call(const protocol::RpcRequest& request,
-                                    const std::optional<nlohmann::ordered_json>& ordered) {
+                                    const std::optional<nlohmann::ordered_json>& ordered,
+                                    const std::shared_ptr<std::atomic<bool>>& gone) {
   auto start = std::chrono::steady_clock::now();
+  std::function<bool()> caller_gone;
+  if (gone) caller_gone = [gone] { return gone->load(); };
   auto answer = protocol::answer_request(request, [&] {
-    return ordered ? service_.call_ordered(request.method, *ordered)
-                   : service_.call(request.method, request.params);
+    return ordered ? service_.call_ordered(request.method, *ordered, caller_gone)
+                   : service_.call(request.method, request.params, caller_gone);
   });
   if (debug_ || (warn_ && answer.error)) {
     double ms =
@@ -310,8 +313,18 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     return;
   }
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
-  std::function<void()> task = [this, request, envelope, ordered = std::move(ordered)] {
-    complete(Reply{std::move(*envelope), run_call(request, ordered)});
+  // A call that stops when its caller goes (a chat completion, a tokenize) learns of it through
+  // a flag the socket thread sets when the connection's hang-up is read.
+  std::shared_ptr<std::atomic<bool>> gone;
+  if (method->cancelled_when_caller_leaves) {
+    if (auto connection = connection_of(fd)) {
+      std::erase_if(callers_, [](const auto& caller) { return caller.second.expired(); });
+      gone = std::make_shared<std::atomic<bool>>(false);
+      callers_.emplace_back(*connection, gone);
+    }
+  }
+  std::function<void()> task = [this, request, envelope, ordered = std::move(ordered), gone] {
+    complete(Reply{std::move(*envelope), run_call(request, ordered, gone)});
   };
   const bool queued = pool_.try_submit(task);
   dispatched_ = std::chrono::steady_clock::now();
@@ -348,6 +361,11 @@ void ControlServer::on_monitor_event() {
     if (live == live_connections_.end()) continue;
     const Connection gone{fd, live->second};
     live_connections_.erase(live);
+    std::erase_if(callers_, [&](const auto& caller) {
+      auto flag = caller.second.lock();
+      if (flag && caller.first == gone) *flag = true;
+      return !flag || caller.first == gone;
+    });
     for (auto it = connection_of_ticket_.begin(); it != connection_of_ticket_.end();) {
       if (it->second != gone) {
         ++it;

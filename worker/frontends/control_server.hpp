@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -77,9 +78,10 @@ class ControlServer {
   void on_monitor_event();
   void start_zap_handler(const std::string& authorized_keys_dir);
   // A call's reply frame; `ordered`: a conversation's params as the client ordered them
-  // (protocol::carries_conversation).
+  // (protocol::carries_conversation); `gone`: set once the caller's connection is gone.
   std::string run_call(const protocol::RpcRequest& request,
-                       const std::optional<nlohmann::ordered_json>& ordered = std::nullopt);
+                       const std::optional<nlohmann::ordered_json>& ordered = std::nullopt,
+                       const std::shared_ptr<std::atomic<bool>>& gone = nullptr);
 
   WorkerService& service_;
   std::size_t max_request_bytes_;
@@ -98,6 +100,8 @@ class ControlServer {
   std::map<int, std::uint64_t> live_connections_;
   std::uint64_t connections_accepted_ = 0;
   std::map<std::uint64_t, Connection> connection_of_ticket_;
+  // Long calls on the pool that stop when their caller goes, by connection: set when it goes.
+  std::vector<std::pair<Connection, std::weak_ptr<std::atomic<bool>>>> callers_;
 
   std::chrono::steady_clock::time_point dispatched_;  // the last call given to pool_
   BoundedThreadPool pool_;                            // the long calls'
