@@ -37,6 +37,13 @@ ChatConversation conversation(json messages) {
 }
 
 // The ValueError's message of render() (apply(), with `as_given`), or "" where it renders.
+// tests/golden/chat_template/golden.json (tests/golden/make_chat_template_golden.py).
+json golden_vectors() {
+  std::ifstream in(std::string(HOTSWAP_GOLDEN_DIR) + "/chat_template/golden.json");
+  BOOST_REQUIRE(in.good());
+  return json::parse(in);
+}
+
 std::string error_of(const ChatTemplates& templates, const ChatConversation& c,
                      bool as_given = false) {
   try {
@@ -52,9 +59,7 @@ std::string error_of(const ChatTemplates& templates, const ChatConversation& c,
 BOOST_AUTO_TEST_SUITE(chat_templates)
 
 BOOST_AUTO_TEST_CASE(conversations_render_as_transformers_renders_them) {
-  std::ifstream in(std::string(HOTSWAP_GOLDEN_DIR) + "/chat_template/golden.json");
-  BOOST_REQUIRE(in.good());
-  const json golden = json::parse(in);
+  const json golden = golden_vectors();
   int cases = 0;
   for (const auto& c : golden["conversations"]) {
     TempDir dir;
@@ -80,9 +85,7 @@ BOOST_AUTO_TEST_CASE(conversations_render_as_transformers_renders_them) {
 // tokenized by one of the project's test tokenizers: the text and the ids transformers'
 // apply_chat_template gives.
 BOOST_AUTO_TEST_CASE(real_template_styles_give_transformers_text_and_ids) {
-  std::ifstream in(std::string(HOTSWAP_GOLDEN_DIR) + "/chat_template/golden.json");
-  BOOST_REQUIRE(in.good());
-  const json golden = json::parse(in);
+  const json golden = golden_vectors();
   int cases = 0;
   for (const auto& c : golden["applied"]) {
     const std::string name = c["name"];

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "model_loader/tokenizer/byte_level.hpp"
 #include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
 
@@ -30,23 +31,6 @@ std::optional<std::string> read_file(const fs::path& path) {
 // decoded (a shell passes "\n" as two characters).
 std::string decode_escapes(std::string_view s) {
   std::string out;
-  auto put_code_point = [&out](std::uint32_t c) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
-  };
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '\\' || i + 1 == s.size()) {
       out += s[i];
@@ -58,8 +42,8 @@ std::string decode_escapes(std::string_view s) {
         std::all_of(s.begin() + static_cast<std::ptrdiff_t>(i + 1),
                     s.begin() + static_cast<std::ptrdiff_t>(i + 1 + hex),
                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; })) {
-      put_code_point(
-          static_cast<std::uint32_t>(std::stoul(std::string(s.substr(i + 1, hex)), nullptr, 16)));
+      model_loader::utf8_append(
+          out, static_cast<char32_t>(std::stoul(std::string(s.substr(i + 1, hex)), nullptr, 16)));
       i += hex;
       continue;
     }
@@ -348,6 +332,17 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
 }
 
 }  // namespace
+
+std::string message_text(const ordered_json& content, std::size_t m) {
+  if (content.is_string()) return content.get<std::string>();
+  std::vector<std::string> texts;
+  if (content.is_array()) {
+    for (const auto& part : content) {
+      if (auto text = part_text(part, m)) texts.push_back(std::move(*text));
+    }
+  }
+  return joined(texts);
+}
 
 void refuse_untrusted_template(const ChatConversation& c, bool trusted) {
   if (c.chat_template && !trusted) {

@@ -57,6 +57,10 @@ class ChatTemplates {
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
 };
 
+// The text of messages[m]'s `content` as the template's text format has it: itself, or its text
+// parts a line each (ValueError for a part that is not text).
+std::string message_text(const nlohmann::ordered_json& content, std::size_t m);
+
 // vLLM's refusal of a request that brings its own `chat_template` to a server not started with
 // --trust-request-chat-template (`trusted`).
 void refuse_untrusted_template(const ChatConversation& c, bool trusted);

@@ -602,25 +602,6 @@ void warn_ignored(const protocol::CompletionParams& p) {
             << names << "}\n";
 }
 
-// The text of a message's content: itself, or its parts' texts a line each.
-std::string content_text(const nlohmann::ordered_json& content) {
-  if (content.is_string()) return content.get<std::string>();
-  std::string text;
-  bool first = true;
-  if (content.is_array()) {
-    for (const auto& part : content) {
-      const auto* t = part.is_string() ? &part
-                      : part.is_object() && part.contains("text") && part["text"].is_string()
-                          ? &part["text"]
-                          : nullptr;
-      if (t == nullptr) continue;
-      text += (first ? "" : "\n") + t->get<std::string>();
-      first = false;
-    }
-  }
-  return text;
-}
-
 }  // namespace
 
 std::shared_ptr<CompletionRun> CompletionService::start(const json& params,
@@ -659,7 +640,7 @@ std::shared_ptr<CompletionRun> CompletionService::start_chat(
   if (params.echo && !messages.empty() && messages.back().is_object() &&
       messages.back().value("role", nlohmann::ordered_json()) == chat.role &&
       messages.back().contains("content") && !messages.back()["content"].is_null()) {
-    chat.echo = content_text(messages.back()["content"]);
+    chat.echo = message_text(messages.back()["content"], messages.size() - 1);
   }
   return launch(std::move(p), std::move(chat), caller_gone);
 }
