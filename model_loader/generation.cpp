@@ -11,9 +11,11 @@
 
 namespace hotswap::model_loader {
 
-Sequence::Sequence(std::vector<std::int64_t> prompt, SamplingParams params)
+Sequence::Sequence(std::vector<std::int64_t> prompt, SamplingParams params,
+                   std::shared_ptr<const LoraAdapter> lora)
     : prompt_(std::move(prompt)),
       params_(std::move(params)),
+      lora_(std::move(lora)),
       generator_(make_cpu_generator(params_.seed)) {
   if (prompt_.empty()) throw protocol::ValueError("a prompt needs at least one token");
   params_.validate();
@@ -97,7 +99,7 @@ void step(const ServableModel& model, const std::vector<Sequence*>& batch) {
       all_positions = all_positions || s->params_.prompt_logprobs;
     }
     tokens.insert(tokens.end(), fed.begin(), fed.end());
-    slices.push_back({&s->cache_, static_cast<std::int64_t>(fed.size())});
+    slices.push_back({&s->cache_, static_cast<std::int64_t>(fed.size()), s->lora_.get()});
   }
   if (active.empty()) return;
   // The rows each slice spans in the logits: one per slice, or one per token.
@@ -165,13 +167,13 @@ void Sequence::advance(const at::Tensor& logits, std::int64_t first_row, std::in
   if (finished()) cache_.clear();  // its blocks serve the others from the next step on
 }
 
-std::vector<GenerationResult> generate(const ServableModel& model,
-                                       const std::vector<std::vector<std::int64_t>>& prompts,
-                                       const SamplingParams& params) {
+std::vector<GenerationResult> generate(
+    const ServableModel& model, const std::vector<std::vector<std::int64_t>>& prompts,
+    const SamplingParams& params, const std::vector<std::shared_ptr<const LoraAdapter>>& adapters) {
   std::vector<Sequence> sequences;
   sequences.reserve(prompts.size());
-  for (const auto& p : prompts)
-    sequences.emplace_back(p, params);
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    sequences.emplace_back(prompts[i], params, i < adapters.size() ? adapters[i] : nullptr);
   std::vector<Sequence*> batch;
   for (auto& s : sequences)
     batch.push_back(&s);

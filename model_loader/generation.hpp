@@ -7,6 +7,7 @@
 #include <ATen/core/Generator.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,10 +20,13 @@ namespace hotswap::model_loader {
 
 class Sequence {
  public:
-  Sequence(std::vector<std::int64_t> prompt, SamplingParams params);
+  // `lora`: the adapter every step of it runs through (null: the base model).
+  Sequence(std::vector<std::int64_t> prompt, SamplingParams params,
+           std::shared_ptr<const LoraAdapter> lora = nullptr);
 
   const std::vector<std::int64_t>& prompt() const { return prompt_; }
   const SamplingParams& params() const { return params_; }
+  const std::shared_ptr<const LoraAdapter>& lora() const { return lora_; }
   const std::vector<std::int64_t>& output_tokens() const { return output_; }
   const std::vector<double>& output_logprobs() const { return logprobs_; }
   // Per output token, the params().logprobs likeliest alternatives (empty lists when 0).
@@ -64,6 +68,7 @@ class Sequence {
                bool all_positions, const RowSample& next);
   std::vector<std::int64_t> prompt_;
   SamplingParams params_;
+  std::shared_ptr<const LoraAdapter> lora_;
   at::Generator generator_;
   KvCache cache_;
   std::vector<std::int64_t> output_;
@@ -89,10 +94,12 @@ struct GenerationResult {
   std::string finish_reason;
 };
 
-// Runs the prompts together to completion.
-std::vector<GenerationResult> generate(const ServableModel& model,
-                                       const std::vector<std::vector<std::int64_t>>& prompts,
-                                       const SamplingParams& params);
+// Runs the prompts together to completion; prompt i through adapters[i] where given (null or
+// missing: the base model).
+std::vector<GenerationResult> generate(
+    const ServableModel& model, const std::vector<std::vector<std::int64_t>>& prompts,
+    const SamplingParams& params,
+    const std::vector<std::shared_ptr<const LoraAdapter>>& adapters = {});
 
 // The logprobs of `continuation` following `prompt`: scoring for RL (log π(a|s)).
 std::vector<double> score(const ServableModel& model, const std::vector<std::int64_t>& prompt,

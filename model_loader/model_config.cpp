@@ -186,19 +186,21 @@ ModelConfig ModelConfig::from_json(const json& config) {
   }
 }
 
-ModelConfig ModelConfig::load(const std::filesystem::path& directory) {
-  auto path = directory / "config.json";
-  // Bounded, and never a FIFO or a device: a config is a few KB.
-  constexpr std::size_t kMaxConfigBytes = 16u << 20;
+json read_json_file(const std::filesystem::path& path, std::size_t max_bytes) {
   std::string text;
   try {
-    text = read_regular_file(path.string(), kMaxConfigBytes);
+    text = read_regular_file(path.string(), max_bytes);
   } catch (const transport::PosixError& e) {
     throw protocol::ValueError("cannot read " + path.string() + ": " + e.reason());
   }
   auto parsed = protocol::parse_bounded_json(text);
   if (!parsed.ok()) throw protocol::ValueError(path.string() + " " + parsed.reason);
-  const json& config = parsed.value;
+  return std::move(parsed.value);
+}
+
+ModelConfig ModelConfig::load(const std::filesystem::path& directory) {
+  auto path = directory / "config.json";
+  const json config = read_json_file(path);  // a config is a few KB
   try {
     return parse(config);
   } catch (const protocol::ValueError& e) {

@@ -89,4 +89,10 @@ double positive_number(const nlohmann::json& config, const char* key, double fal
 bool flag(const nlohmann::json& config, const char* key, bool fallback);
 }  // namespace config_field
 
+// A small JSON file of a model or adapter directory (config.json, adapter_config.json): bounded
+// to `max_bytes`, never a FIFO or a device, its depth bounded; a ValueError naming the file when
+// it cannot be read or is not JSON.
+nlohmann::json read_json_file(const std::filesystem::path& path,
+                              std::size_t max_bytes = std::size_t{16} << 20);
+
 }  // namespace hotswap::model_loader

@@ -29,6 +29,12 @@ at::Tensor checked_step_tokens(const at::Tensor& tokens, const std::vector<Forwa
 // Out of line, so the vtable and type info live in exactly one library.
 ServableModel::~ServableModel() = default;
 
+std::shared_ptr<const LoraAdapter> ServableModel::load_lora_adapter(
+    const std::filesystem::path& directory, std::int64_t /*max_rank*/) const {
+  throw protocol::ValueError("cannot load the LoRA adapter in " + directory.string() +
+                             ": this model takes no LoRA adapters");
+}
+
 std::shared_ptr<ServableModel> load_model(const std::filesystem::path& directory,
                                           const ModelOptions& options) {
   auto config = ModelConfig::load(directory);

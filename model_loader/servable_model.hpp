@@ -31,6 +31,8 @@ class Communicator;
 
 namespace hotswap::model_loader {
 
+class LoraAdapter;
+
 struct ModelOptions {
   std::optional<protocol::DType> dtype;  // runtime dtype; default: the checkpoint's
   bool quantize_int8 = false;            // --quantization int8
@@ -57,6 +59,9 @@ struct ModelOptions {
 struct ForwardSlice {
   KvCache* cache = nullptr;
   std::int64_t num_tokens = 0;
+  // The LoRA adapter its tokens run through (held by whoever made the slice for the step);
+  // null: the base model.
+  const LoraAdapter* lora = nullptr;
 };
 
 // What every forward step checks of its input before any work, raising a ValueError: each
@@ -107,6 +112,13 @@ class ServableModel : public LoadableModel {
   // lossy (int8), since the checkpoint's bytes can no longer be recovered. Collective: a
   // tensor-parallel rank holds a slice, and the ranks put each tensor back together.
   virtual std::map<std::string, std::string> checkpoint_checksums() const = 0;
+
+  // A PEFT LoRA adapter read from `directory` and laid onto this model (this tensor-parallel
+  // rank's part of it), for ForwardSlice::lora. A ValueError naming what does not fit: a rank
+  // past `max_rank`, a module the model lacks or does not adapt, a shape that does not match.
+  // A model that takes none (the default) says so with a ValueError.
+  virtual std::shared_ptr<const LoraAdapter> load_lora_adapter(
+      const std::filesystem::path& directory, std::int64_t max_rank) const;
 };
 
 // Reads config.json and the safetensors of `directory` and builds the model its

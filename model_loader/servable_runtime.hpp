@@ -57,6 +57,8 @@ class ServableRuntime : public ServableModel {
   void zero_weights() final;
   std::map<std::string, std::string> runtime_checksums(const std::string& key_prefix) const final;
   std::map<std::string, std::string> checkpoint_checksums() const final;
+  std::shared_ptr<const LoraAdapter> load_lora_adapter(const std::filesystem::path& directory,
+                                                       std::int64_t max_rank) const final;
 
  protected:
   // A runtime with uninitialized weights, laid out by `mapping_rule` for this rank of

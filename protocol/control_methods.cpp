@@ -55,6 +55,12 @@ void completions(const json& params) {
 void chat_completions(const json& params) {
   ChatCompletionParams::from_json(nlohmann::ordered_json(params));
 }
+void load_lora_adapter(const json& params) {
+  LoadLoraAdapterParams::from_json(params);
+}
+void unload_lora_adapter(const json& params) {
+  UnloadLoraAdapterParams::from_json(params);
+}
 
 // A weight-transfer call: a POST with a JSON body, long, counted under `operation`.
 ControlMethod weight_transfer_call(std::string_view name, std::string_view route,
@@ -137,6 +143,32 @@ const std::vector<ControlMethod>& control_methods() {
        {},
        true},
       {kModels, V::kGet, "/v1/models", {}, false, false, false, "", any_object, true},
+      // vLLM's runtime LoRA routes: answered in plain text, errors in OpenAI's shape. Reading an
+      // adapter from disk is off the socket's thread.
+      {kLoadLoraAdapter,
+       V::kPost,
+       "/v1/load_lora_adapter",
+       {},
+       true,
+       true,
+       false,
+       "",
+       load_lora_adapter,
+       true,
+       false,
+       "text/plain; charset=utf-8"},
+      {kUnloadLoraAdapter,
+       V::kPost,
+       "/v1/unload_lora_adapter",
+       {},
+       true,
+       false,
+       false,
+       "",
+       unload_lora_adapter,
+       true,
+       false,
+       "text/plain; charset=utf-8"},
       {kHealth, V::kGet, "/health", {}, false, false, false, "", any_object, false, true},
       {kMetrics,
        V::kGet,

@@ -393,6 +393,24 @@ TokenizeParams TokenizeParams::from_json(const json& params) {
   return p;
 }
 
+LoadLoraAdapterParams LoadLoraAdapterParams::from_json(const json& params) {
+  LoadLoraAdapterParams p;
+  p.lora_name = string(params, "lora_name").value_or("");
+  p.lora_path = string(params, "lora_path").value_or("");
+  if (p.lora_name.empty() || p.lora_path.empty()) {
+    throw ValueError("Both 'lora_name' and 'lora_path' must be provided.");
+  }
+  p.load_inplace = boolean(params, "load_inplace", p.load_inplace);
+  return p;
+}
+
+UnloadLoraAdapterParams UnloadLoraAdapterParams::from_json(const json& params) {
+  UnloadLoraAdapterParams p;
+  p.lora_name = string(params, "lora_name").value_or("");
+  if (p.lora_name.empty()) throw ValueError("unload_lora_adapter needs `lora_name`, a string");
+  return p;
+}
+
 DetokenizeParams DetokenizeParams::from_json(const json& params) {
   DetokenizeParams p;
   if (field(params, "tokens") == nullptr)

@@ -62,6 +62,23 @@ struct TokenizeParams {
 };
 
 // `detokenize {tokens}`: vLLM's DetokenizeRequest.
+// vLLM's LoadLoRAAdapterRequest: serve the adapter at `lora_path` as `lora_name`; with
+// `load_inplace`, in place of the adapter already served under that name.
+struct LoadLoraAdapterParams {
+  std::string lora_name;
+  std::string lora_path;
+  bool load_inplace = false;
+
+  static LoadLoraAdapterParams from_json(const nlohmann::json& params);
+};
+
+// vLLM's UnloadLoRAAdapterRequest.
+struct UnloadLoraAdapterParams {
+  std::string lora_name;
+
+  static UnloadLoraAdapterParams from_json(const nlohmann::json& params);
+};
+
 struct DetokenizeParams {
   std::vector<std::int64_t> tokens;
 

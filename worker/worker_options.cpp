@@ -71,6 +71,18 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "(default: the model's chat_template.jinja or tokenizer_config.json's)");
   app.add_flag("--trust-request-chat-template", o.trust_request_chat_template,
                "render a request's own `chat_template` (refused otherwise, as vLLM)");
+  app.add_flag("--enable-lora", o.enable_lora,
+               "serve LoRA adapters: a request names one by its `model`");
+  app.add_option("--max-loras", o.max_loras, "LoRA adapters loaded at once")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 10));
+  // vLLM takes these ranks only.
+  app.add_option("--max-lora-rank", o.max_lora_rank, "the highest rank of an adapter")
+      ->capture_default_str()
+      ->check(CLI::IsMember({1, 8, 16, 32, 64, 128, 256, 320, 512}));
+  app.add_option("--lora-modules", o.lora_modules,
+                 "adapters loaded at start-up: name=path, or "
+                 "'{\"name\": ..., \"path\": ..., \"base_model_name\": ...}' (vLLM's forms)");
   app.add_option("--max-num-seqs", o.max_num_seqs,
                  "most sequences in one generation step (continuous batching)")
       ->capture_default_str()

@@ -40,6 +40,12 @@ struct WorkerOptions {
   // request's `chat_template` is rendered (vLLM's --trust-request-chat-template: refused else).
   std::optional<std::string> chat_template;
   bool trust_request_chat_template = false;
+  // LoRA adapters (vLLM's flags): served at all, how many at once, their highest rank, and those
+  // loaded at start-up (`name=path` or vLLM's JSON form, one per entry).
+  bool enable_lora = false;
+  std::size_t max_loras = 1;
+  std::int64_t max_lora_rank = 16;
+  std::vector<std::string> lora_modules;
   std::size_t max_num_seqs = 64;              // sequences in one generation step
   std::size_t max_num_batched_tokens = 2048;  // tokens computed in one generation step
   // The paged KV cache: positions per block, and the bytes its blocks may take (per rank).

@@ -1,6 +1,8 @@
 #include "worker/worker_service.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <limits>
@@ -23,6 +25,29 @@ namespace hotswap::worker {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// vLLM's reading of a boolean environment variable: "1" or "true", in any case.
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return false;
+  std::string text(value);
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text == "1" || text == "true";
+}
+
+}  // namespace
+
+void WorkerService::refuse_unless_runtime_lora_updating() const {
+  if (!runtime_lora_updating_) {
+    throw protocol::ValueError(
+        "loading and unloading LoRA adapters at run time is off: start the worker with "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment (vLLM's guard on these "
+        "routes), or name adapters with --lora-modules");
+  }
+}
 
 model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
   model_loader::ModelOptions m;
@@ -106,10 +131,15 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
       SchedulerLimits{options.max_num_seqs, options.max_num_batched_tokens,
                       options.max_queued_requests},
       &metrics_);
+  loras_ = std::make_unique<LoraRegistry>(
+      *model_, LoraLimits{options.enable_lora, options.max_loras, options.max_lora_rank});
+  for (const auto& entry : options.lora_modules)
+    loras_->load(LoraModule::parse(entry));
+  runtime_lora_updating_ = env_flag("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
   completions_ = std::make_unique<CompletionService>(
       *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(),
       options.served_model_name.empty() ? options.model : options.served_model_name, options.model,
-      options.timeout());
+      options.timeout(), loras_.get());
   checker_ = std::make_unique<WeightChecker>(model_, parallel_);
   bind_handlers();
 }
@@ -318,6 +348,21 @@ void WorkerService::bind_handlers() {
          return json(start_whole_completion(params)->wait(caller_gone));
        }},
       {m::kModels, [this](Params, Gone) { return json(completions_->models()); }},
+      {m::kLoadLoraAdapter,
+       [this](Params params, Gone) -> json {
+         refuse_unless_runtime_lora_updating();
+         auto request = protocol::LoadLoraAdapterParams::from_json(params);
+         loras_->load({request.lora_name, request.lora_path, std::nullopt}, request.load_inplace);
+         return {{"text", "Success: LoRA adapter '" + request.lora_name + "' added successfully."}};
+       }},
+      {m::kUnloadLoraAdapter,
+       [this](Params params, Gone) -> json {
+         refuse_unless_runtime_lora_updating();
+         auto request = protocol::UnloadLoraAdapterParams::from_json(params);
+         loras_->unload(request.lora_name);
+         return {
+             {"text", "Success: LoRA adapter '" + request.lora_name + "' removed successfully."}};
+       }},
       {m::kHealth, [this](Params, Gone) { return health(); }},
       {m::kMetrics,
        [this](Params, Gone) -> json {
@@ -508,7 +553,13 @@ std::vector<std::uint64_t> WorkerService::bytes_received_by_rank() const {
 }
 
 std::string WorkerService::serving_metrics() const {
-  return metrics_.render(completions_->model_name(), scheduler_->running(), scheduler_->waiting());
+  std::string out =
+      metrics_.render(completions_->model_name(), scheduler_->running(), scheduler_->waiting());
+  if (loras_->limits().enabled) {
+    const auto names = scheduler_->lora_names();
+    out += render_lora_requests_info(loras_->limits().max_loras, names.waiting, names.running);
+  }
+  return out;
 }
 
 void WorkerService::cancel_generate(std::uint64_t ticket) {

@@ -22,6 +22,7 @@
 #include "model_loader/tokenizer/tokenizer.hpp"
 #include "worker/serving/completion_service.hpp"
 #include "worker/serving/generation_scheduler.hpp"
+#include "worker/serving/lora_registry.hpp"
 #include "worker/serving/serving_metrics.hpp"
 #include "worker/weight_checker.hpp"
 #include "worker/weight_update_controller.hpp"
@@ -103,6 +104,8 @@ class WorkerService {
       std::function<nlohmann::json(const nlohmann::json& params, const CallerGone& caller_gone)>;
   // One handler per method of protocol::control_methods(), checked at construction.
   void bind_handlers();
+  // vLLM's guard on the runtime LoRA routes: a ValueError naming the variable unless it is set.
+  void refuse_unless_runtime_lora_updating() const;
   nlohmann::json dispatch(const std::string& name, const nlohmann::json& params,
                           const CallerGone& caller_gone);
   // Runs a weight-transfer call under the one-at-a-time lock, named in health while it runs.
@@ -126,6 +129,11 @@ class WorkerService {
   nlohmann::json tokenize_text(const std::string& text, bool add_special_tokens,
                                bool return_token_strs, const std::function<bool()>& caller_gone);
 
+  // The LoRA adapters served (--enable-lora); before the completions, which look them up.
+  std::unique_ptr<LoraRegistry> loras_;
+  // vLLM's guard on /v1/load_lora_adapter and /v1/unload_lora_adapter: the environment's
+  // VLLM_ALLOW_RUNTIME_LORA_UPDATING, read at start-up.
+  bool runtime_lora_updating_ = false;
   std::unique_ptr<CompletionService> completions_;
   ChatTemplates chat_templates_;  // the model's, or --chat-template
   std::unique_ptr<WeightChecker> checker_;

@@ -135,16 +135,21 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param,
 
 // The bias joins the float32 product before the one rounding to x's dtype, as one fused
 // addmm (transformers' F.linear) computes it, rather than after it.
-at::Tensor LlamaModel::linear_with_bias(const at::Tensor& x, std::size_t param,
-                                        std::size_t bias) const {
-  if (bias == kNone) return linear(x, param);
-  return (linear(x, param, at::kFloat) + store()[bias].value.to(at::kFloat)).to(x.scalar_type());
+at::Tensor LlamaModel::linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias,
+                                        const LoraBatch& lora) const {
+  if (bias == kNone && lora.empty()) return linear(x, param);
+  at::Tensor y = linear(x, param, at::kFloat);
+  lora.add_updates(y, x, param);
+  if (bias != kNone) y = y + store()[bias].value.to(at::kFloat);
+  return y.to(x.scalar_type());
 }
 
-at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param,
-                                    std::size_t bias) const {
-  if (tp().size == 1) return linear_with_bias(x, param, bias);
+at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param, std::size_t bias,
+                                    const LoraBatch& lora) const {
+  if (tp().size == 1) return linear_with_bias(x, param, bias, lora);
   at::Tensor y = linear(x, param, at::kFloat);
+  // (x_r A_rᵀ) Bᵀ summed over the ranks is (x Aᵀ) Bᵀ: each rank adds its part before the sum.
+  lora.add_updates(y, x, param);
   queue_all_reduce(y);
   if (bias != kNone) y = y + store()[bias].value.to(at::kFloat);
   return y.to(x.scalar_type());
@@ -281,6 +286,9 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   // Per step, not per layer: the rotary angles.
   auto [cos, sin] = rope_tables(positions);
 
+  // The rows each LoRA adapter of the step applies to (none when no slice has one).
+  const LoraBatch lora(slices, store().device());
+
   // One step reads one consistent set of weights: a staged commit waits for it to end.
   std::shared_lock weights_lock(store().mutex());
   // Row lookups index (rather than index_select) so that the meta device, which tests use to
@@ -289,7 +297,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerParams& p = layers_[l];
     at::Tensor x = rms_norm(h, p.input_norm);
-    at::Tensor qkv = linear_with_bias(x, p.qkv, p.qkv_bias);
+    at::Tensor qkv = linear_with_bias(x, p.qkv, p.qkv_bias, lora);
     at::Tensor q = qkv.narrow(1, 0, heads * hd).reshape({n, heads, hd});
     at::Tensor k = qkv.narrow(1, heads * hd, kv_heads * hd).reshape({n, kv_heads, hd});
     at::Tensor v = qkv.narrow(1, (heads + kv_heads) * hd, kv_heads * hd).reshape({n, kv_heads, hd});
@@ -305,17 +313,17 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
     at::Tensor attn = paged_attention(q, key_pool, value_pool, plan, kv_pool_->block_size(),
                                       scaling, c.sliding_window, attention_dtype_)
                           .reshape({n, heads * hd});
-    at::Tensor o = row_parallel(attn, p.o, p.o_bias);
+    at::Tensor o = row_parallel(attn, p.o, p.o_bias, lora);
     h = h + o;
 
     x = rms_norm(h, p.post_norm);
     if (p.w13 != kNone) {
       h = h + experts(x, p);
     } else {
-      at::Tensor gate_up = linear(x, p.gate_up);
+      at::Tensor gate_up = linear_with_bias(x, p.gate_up, kNone, lora);
       const std::int64_t inter = c.intermediate_size / tp().size;
       at::Tensor m = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
-      h = h + row_parallel(m, p.down, kNone);
+      h = h + row_parallel(m, p.down, kNone, lora);
     }
   }
   for (auto& s : slices)

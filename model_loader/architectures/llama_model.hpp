@@ -16,6 +16,7 @@
 
 #include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/kv_block_pool.hpp"
+#include "model_loader/lora/lora_batch.hpp"
 #include "model_loader/paged_attention.hpp"
 #include "model_loader/servable_runtime.hpp"
 
@@ -34,11 +35,14 @@ class LlamaModel final : public ServableRuntime {
   // x Wᵀ in x's dtype, or in `out` (the logits: float32, never rounded to bfloat16 first).
   at::Tensor linear(const at::Tensor& x, std::size_t param,
                     std::optional<c10::ScalarType> out = std::nullopt) const;
-  // linear(x, param) + bias (kNone: none), rounded once.
-  at::Tensor linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias) const;
-  // A row-parallel layer (o_proj, down_proj): each rank's partial product in float32, summed
-  // over the ranks, then the bias, rounded once. linear_with_bias at tp = 1.
-  at::Tensor row_parallel(const at::Tensor& x, std::size_t param, std::size_t bias) const;
+  // linear(x, param) + the step's LoRA updates + bias (kNone: none), rounded once.
+  at::Tensor linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias,
+                              const LoraBatch& lora) const;
+  // A row-parallel layer (o_proj, down_proj): each rank's partial product in float32 with its
+  // partial LoRA update, summed over the ranks, then the bias, rounded once. linear_with_bias
+  // at tp = 1.
+  at::Tensor row_parallel(const at::Tensor& x, std::size_t param, std::size_t bias,
+                          const LoraBatch& lora) const;
   // Vocab-parallel lookups: the embeddings of `ids` [N] and the logits [N, vocab] of `h`, each
   // rank filling its vocabulary rows and the ranks summing.
   at::Tensor embed(const at::Tensor& ids) const;

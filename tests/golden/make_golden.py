@@ -78,6 +78,24 @@ def init_weights(model, seed):
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.5 / math.sqrt(fan_in)))
 
 
+def greedy_steps(model, ids):
+    """The greedy continuation of `ids`: each step's token, its logprob and its margin over the
+    runner-up (how far rounding is from picking another token)."""
+    with torch.no_grad():
+        generated = model.generate(input_ids=ids, max_new_tokens=CONTINUATION, do_sample=False,
+                                   output_scores=True, return_dict_in_generate=True,
+                                   pad_token_id=0, eos_token_id=None)
+    tokens = generated.sequences[0, ids.shape[1]:].tolist()
+    steps = []
+    for token, scores in zip(tokens, generated.scores):
+        row = scores[0].float()
+        top2 = torch.topk(row, 2).values
+        steps.append({"token": token,
+                      "logprob": torch.log_softmax(row, -1)[token].item(),
+                      "margin": (top2[0] - top2[1]).item()})
+    return steps
+
+
 def router_margin(logits, k):
     top = torch.topk(logits.float(), k + 1, -1).values
     return (top[:, k - 1] - top[:, k]).min().item()
@@ -107,17 +125,8 @@ def make_fixture(name, config_cls, model_cls, dtype, extra, seed):
                 router_margin(out[0], mod.top_k)))
     with torch.no_grad():
         logits = model(ids).logits[0].float()
-        generated = model.generate(ids, max_new_tokens=CONTINUATION, do_sample=False,
-                                   output_scores=True, return_dict_in_generate=True,
-                                   pad_token_id=0, eos_token_id=None)
-    tokens = generated.sequences[0, len(PROMPT):].tolist()
-    steps = []
-    for token, scores in zip(tokens, generated.scores):
-        row = scores[0].float()
-        top2 = torch.topk(row, 2).values
-        steps.append({"token": token,
-                      "logprob": torch.log_softmax(row, -1)[token].item(),
-                      "margin": (top2[0] - top2[1]).item()})
+    steps = greedy_steps(model, ids)
+    tokens = [step["token"] for step in steps]
     if router_margins and min(router_margins) < MIN_ROUTER_MARGIN:
         return None  # a near-tie in routing: the caller draws other weights
     golden = {

@@ -11,14 +11,22 @@
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/tensor.h>
 
+#include <chrono>
 #include <cmath>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <numbers>
+#include <thread>
+#include <vector>
 
 #include "model_loader/architecture_registry.hpp"
 #include "model_loader/architectures/llama_model.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "test_support.hpp"
+#include "transport/gloo_communicator.hpp"
 
 namespace hotswap::testing {
 
@@ -196,6 +204,31 @@ inline at::Tensor model_logits(const model_loader::ServableModel& model,
   model_loader::KvCache cache;
   std::vector<model_loader::ForwardSlice> slices{{&cache, static_cast<std::int64_t>(ids.size())}};
   return model.forward(long_tensor(ids), slices, /*all_positions=*/true);
+}
+
+// Runs `body(rank, group)` on `size` threads, each a rank of one gloo group; rethrows the first
+// exception any rank raised once all have returned.
+inline void on_ranks(
+    int size, const std::function<void(int, std::shared_ptr<transport::Communicator>)>& body) {
+  const int port = transport::pick_free_port();
+  std::vector<std::thread> threads;
+  std::exception_ptr failure;
+  std::mutex mutex;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto group = std::make_shared<transport::GlooCommunicator>(
+            transport::GlooRendezvous{"127.0.0.1", port, r, size, std::chrono::seconds(20)});
+        body(r, group);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace hotswap::testing

@@ -28,31 +28,6 @@ namespace {
 
 const std::vector<std::int64_t> kPrompt = {3, 17, 42, 5, 9, 61, 7, 20, 1, 33};
 
-// Runs `body(rank, group)` on `size` threads, each a rank of one gloo group; rethrows the first
-// exception any rank raised once all have returned.
-void on_ranks(int size,
-              const std::function<void(int, std::shared_ptr<transport::Communicator>)>& body) {
-  const int port = transport::pick_free_port();
-  std::vector<std::thread> threads;
-  std::exception_ptr failure;
-  std::mutex mutex;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto group = std::make_shared<transport::GlooCommunicator>(
-            transport::GlooRendezvous{"127.0.0.1", port, r, size, 20s});
-        body(r, group);
-      } catch (...) {
-        std::lock_guard lock(mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads)
-    t.join();
-  if (failure) std::rethrow_exception(failure);
-}
-
 model_loader::ModelOptions sharded(std::shared_ptr<transport::Communicator> group) {
   model_loader::ModelOptions options;
   options.tensor_parallel_group = std::move(group);
@@ -108,7 +83,7 @@ BOOST_AUTO_TEST_CASE(float32_logits_at_tp_2_equal_tp_1_on_every_architecture) {
     const auto expected_sums = ckpt.load()->checkpoint_checksums();
     std::vector<at::Tensor> got(2);
     std::vector<std::map<std::string, std::string>> sums(2);
-    on_ranks(2, [&](int rank, auto group) {
+    testing::on_ranks(2, [&](int rank, auto group) {
       auto model = ckpt.load(sharded(group));
       got[rank] = logits_of(*model);
       sums[rank] = model->checkpoint_checksums();
@@ -132,7 +107,7 @@ BOOST_AUTO_TEST_CASE(four_ranks_share_two_kv_heads_and_a_bfloat16_runtime_tracks
   bf16.dtype = protocol::DType::kBFloat16;
   const at::Tensor expected = logits_of(*ckpt.load(bf16));
   std::vector<at::Tensor> got(4);
-  on_ranks(4, [&](int rank, auto group) {
+  testing::on_ranks(4, [&](int rank, auto group) {
     auto options = sharded(group);
     options.dtype = protocol::DType::kBFloat16;
     got[rank] = logits_of(*ckpt.load(options));
@@ -174,7 +149,7 @@ BOOST_AUTO_TEST_CASE(a_weight_update_and_sparse_patches_land_on_each_rank_s_slic
 
     std::vector<at::Tensor> after_update(2), after_patches(2);
     std::vector<std::map<std::string, std::string>> sums(2);
-    on_ranks(2, [&](int rank, auto group) {
+    testing::on_ranks(2, [&](int rank, auto group) {
       auto model = old_ckpt.load(sharded(group));
       model->start_reload();
       model->load_weights(update);  // whole tensors: each rank keeps its slice
@@ -226,7 +201,7 @@ BOOST_AUTO_TEST_CASE(experts_spread_whole_over_the_ranks_track_tp_1_and_take_upd
     std::vector<at::Tensor> got_before(2), got_updated(2), got_patched(2);
     std::vector<std::int64_t> held(2);
     std::vector<std::map<std::string, std::string>> sums(2);
-    on_ranks(2, [&](int rank, auto group) {
+    testing::on_ranks(2, [&](int rank, auto group) {
       auto options = sharded(group);
       options.enable_expert_parallel = true;
       auto model = old_ckpt.load(options);
@@ -281,7 +256,7 @@ BOOST_AUTO_TEST_CASE(a_config_that_does_not_split_is_refused_naming_the_dimensio
 
 BOOST_AUTO_TEST_CASE(a_rank_that_does_not_step_fails_the_others_within_the_timeout) {
   CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 35);
-  on_ranks(2, [&](int rank, auto group) {
+  testing::on_ranks(2, [&](int rank, auto group) {
     auto options = sharded(group);
     options.collective_timeout = 1s;
     auto model = ckpt.load(options);

@@ -80,7 +80,11 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
   HOTSWAP_CHECK_THROW_MSG(validate_params("abort_requests", {{"request_ids", {"a", 1}}}),
                           ValueError, "request_ids");
   BOOST_CHECK_NO_THROW(validate_params("abort_requests", {{"request_ids", {"cmpl-a-0"}}}));
-  BOOST_TEST(method_names().size() == 23u);
+  HOTSWAP_CHECK_THROW_MSG(validate_params("load_lora_adapter", {{"lora_name", "a"}}), ValueError,
+                          "Both 'lora_name' and 'lora_path' must be provided.");
+  HOTSWAP_CHECK_THROW_MSG(validate_params("unload_lora_adapter", json::object()), ValueError,
+                          "unload_lora_adapter needs `lora_name`");
+  BOOST_TEST(method_names().size() == 25u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -234,11 +238,12 @@ BOOST_AUTO_TEST_CASE(each_method_has_vllms_route_and_one_validator) {
         BOOST_TEST(m.http_route.empty());
       } else {
         // vLLM's routes are its names; the OpenAI-compatible ones live under /v1/ (chat's
-        // `chat_completions` at /v1/chat/completions) but for /tokenize and /detokenize, which
-        // vLLM serves at the root.
+        // `chat_completions` at /v1/chat/completions, the LoRA routes keeping their
+        // underscores) but for /tokenize and /detokenize, which vLLM serves at the root.
         const bool v1 = m.openai && m.name != "tokenize" && m.name != "detokenize";
         std::string route(m.name);
-        if (v1) std::replace(route.begin(), route.end(), '_', '/');
+        if (v1 && !route.ends_with("lora_adapter"))
+          std::replace(route.begin(), route.end(), '_', '/');
         BOOST_TEST(m.http_route == (v1 ? "/v1/" : "/") + route);
       }
       // A GET carries no body; a route reads its params from one place.

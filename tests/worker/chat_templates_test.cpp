@@ -222,8 +222,11 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
         {{{"id", "1"},
           {"type", "function"},
           {"function", {{"name", "f"}, {"arguments", "{\"x\": 1}"}}}},
-         {{"id", "2"}, {"type", "function"}, {"function", {{"name", "g"}, {"arguments", "[oops"}}}},
-         {{"id", "3"}, {"type", "function"}, {"function", {{"name", "h"}}}}}}},
+         {{"id", "2"}, {"type", "function"}, {"function", {{"name", "g"}, {"arguments", ""}}}},
+         {{"id", "3"}, {"type", "function"}, {"function", {{"name", "h"}}}},
+         {{"id", "4"},
+          {"type", "function"},
+          {"function", {{"name", "k"}, {"arguments", "[5]"}}}}}}},
       {{"role", "tool"},
        {"tool_call_id", "1"},
        {"content", {{{"type", "text"}, {"text", "r1"}}, "r2"}}}};
@@ -236,7 +239,8 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
                                               "function": {"name": "f", "arguments": {"x": 1}}},
                                              {"id": "2", "type": "function",
                                               "function": {"name": "g", "arguments": {}}},
-                                             {"id": "3", "type": "function", "function": {"name": "h", "arguments": {}}}],
+                                             {"id": "3", "type": "function", "function": {"name": "h", "arguments": {}}},
+                                             {"id": "4", "type": "function", "function": {"name": "k", "arguments": [5]}}],
                               "reasoning": "why", "reasoning_content": "why"},
                              {"role": "tool", "content": "r1\nr2", "tool_call_id": "1"}])"));
   TempDir parts_dir;
@@ -255,14 +259,21 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
              "take text: parts of type text, input_text, output_text, refusal or thinking");
   // Arguments as JSON text escaped the body's depth check: nested deeper than any request may,
   // they are refused, never copied (copying 500,000 levels overflowed the stack).
-  const std::string deep = std::string(200, '[') + std::string(200, ']');
-  BOOST_TEST(
-      error_of(text, conversation({{{"role", "assistant"},
-                                    {"content", ""},
-                                    {"tool_calls",
-                                     {{{"type", "function"},
-                                       {"function", {{"name", "f"}, {"arguments", deep}}}}}}}})) ==
-      "the arguments of a tool call in messages[0] nest deeper than 128 levels");
+  auto calling = [](const json& arguments) {
+    return conversation(
+        {{{"role", "assistant"},
+          {"content", ""},
+          {"tool_calls",
+           {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", arguments}}}}}}}});
+  };
+  BOOST_TEST(error_of(text, calling(std::string(200, '[') + std::string(200, ']'))) ==
+             "a tool call's `arguments` in messages[0] nest deeper than 128 levels");
+  // Arguments that are not JSON are refused, as vLLM refuses them (its json.loads raises), and
+  // so is a number.
+  BOOST_TEST(error_of(text, calling("[oops"))
+                 .starts_with("a tool call's `arguments` in messages[0] are not JSON: "));
+  BOOST_TEST(error_of(text, calling(7)) ==
+             "a tool call's `arguments` in messages[0] are neither JSON text nor an object: 7");
   BOOST_TEST(error_of(text, conversation({{{"content", "x"}}})) ==
              "messages[0] needs a `role`, a string");
   BOOST_TEST(error_of(text, conversation({"hello"})) ==

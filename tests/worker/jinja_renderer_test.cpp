@@ -98,6 +98,65 @@ BOOST_AUTO_TEST_CASE(a_render_is_bounded_in_output) {
              "the chat template has 28 bytes; at most 10 are taken");
 }
 
+// A single C call builds its whole result before a time or output bound can look at it: the
+// interpreter's memory is counted, and a render past its budget fails alone.
+BOOST_AUTO_TEST_CASE(a_render_is_bounded_in_memory) {
+  const std::string memory = "the chat template needed more than 256 MiB of memory to render";
+  BOOST_TEST(error_of("{{ 'x' | center(1500000000) }}", json::object()) == memory);
+  BOOST_TEST(error_of("{{ '%1500000000s' % 'x' }}", json::object()) == memory);
+  // `~` joins strings unchecked by the output bound: grown a megabyte at a time, the string
+  // passes a smaller budget long before the time bound.
+  RenderLimits limits;
+  limits.max_memory_bytes = 16 << 20;
+  BOOST_TEST(error_of("{% set ns = namespace(s='') %}{% for i in range(100) %}"
+                      "{% set ns.s = ns.s ~ ('x' * 1000000) %}{% endfor %}{{ ns.s | length }}",
+                      json::object(),
+                      limits) == "the chat template needed more than 16 MiB of memory to render");
+  // The budget grows with what the template reads, which it may copy.
+  const json big = {{"text", std::string(8 << 20, 'y')}};
+  BOOST_TEST(JinjaRenderer::instance().render("{{ (text ~ text) | length }}", big, limits) ==
+             std::to_string(16 << 20));
+  // And the renderer goes on.
+  BOOST_TEST(JinjaRenderer::instance().render("{{ 'ok' | center(6) }}", json::object()) ==
+             "  ok  ");
+}
+
+// vLLM's "auto" content format, as vLLM finds it in the template's syntax tree: a loop over a
+// message's content (the message a loop variable over `messages`, or over a name set from it,
+// read through filters, tests and slices), or over a name `content`.
+BOOST_AUTO_TEST_CASE(finds_loops_over_a_messages_content_as_vllm_does) {
+  auto loops = [](const std::string& source) {
+    return JinjaRenderer::instance().iterates_over_content(source);
+  };
+  BOOST_TEST(loops("{% for m in messages %}{% for p in m['content'] %}{% endfor %}{% endfor %}"));
+  BOOST_TEST(!loops("{% for m in messages %}{{ m['content'] }}{% endfor %}"));
+  BOOST_TEST(
+      loops("{% for m in messages | selectattr('role', 'equalto', 'user') %}"
+            "{% for p in m.content | selectattr('type', 'equalto', 'text') %}{% endfor %}"
+            "{% endfor %}"));
+  BOOST_TEST(
+      loops("{% set a = messages[1:] %}{% set b = a | list %}{% for m in b %}"
+            "{% for p in m.content %}{% endfor %}{% endfor %}"));
+  // Names set from each other in a circle end the search (they are still the messages).
+  BOOST_TEST(
+      loops("{% set a = messages %}{% set b = a %}{% set a = b %}{% for m in a %}"
+            "{% for p in m.content %}{% endfor %}{% endfor %}"));
+  // A loop over anything named `content` counts, as in vLLM.
+  BOOST_TEST(loops("{% set content = 'abc' %}{% for c in content %}{{ c }}{% endfor %}"));
+  // A loop over the messages (or a name set from them) that binds more than one name makes the
+  // search give up: text.
+  BOOST_TEST(
+      !loops("{% for a, b in messages %}{% endfor %}{% for m in messages %}"
+             "{% for p in m.content %}{% endfor %}{% endfor %}"));
+  BOOST_TEST(!loops("{% for m in messages %}{% for k, v in m.content %}{% endfor %}{% endfor %}"));
+  BOOST_TEST(
+      !loops("{% set x, y = messages %}{% for m in messages %}{% for p in m.content %}"
+             "{% endfor %}{% endfor %}"));
+  BOOST_TEST(!loops("{% for m in messages %}"));  // does not parse
+  // The content of something that is not a message does not count.
+  BOOST_TEST(!loops("{% for t in tools %}{% for p in t.content %}{% endfor %}{% endfor %}"));
+}
+
 BOOST_AUTO_TEST_CASE(variables_are_a_json_object) {
   BOOST_CHECK_THROW(JinjaRenderer::instance().render("x", json::array()), protocol::ValueError);
   // A JSON object's members are the template's variables, names of the renderer's own included.

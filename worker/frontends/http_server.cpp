@@ -259,9 +259,12 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
         nlohmann::ordered_json ordered =
             conversation ? nlohmann::ordered_json::parse(req.body) : nlohmann::ordered_json();
         if (m->name != protocol::methods::kCompletions && !chat) {
-          return json_response(200, conversation
-                                        ? service_.call_ordered(std::string(m->name), ordered, gone)
-                                        : service_.call(std::string(m->name), *body, gone));
+          json result = conversation ? service_.call_ordered(std::string(m->name), ordered, gone)
+                                     : service_.call(std::string(m->name), *body, gone);
+          if (m->http_content_type.empty()) return json_response(200, result);
+          res.content_type = std::string(m->http_content_type);  // the result's text is the body
+          res.body = result.at("text").get<std::string>();
+          return res;
         }
         // vLLM names a completion after the X-Request-Id header, over the body's request_id.
         if (auto id = req.header("x-request-id")) {

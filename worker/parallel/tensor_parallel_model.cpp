@@ -158,4 +158,11 @@ void TensorParallelModel::check_patches(
   shard_->check_patches(patches);
 }
 
+std::shared_ptr<const model_loader::LoraAdapter> TensorParallelModel::load_lora_adapter(
+    const std::filesystem::path& directory, std::int64_t /*max_rank*/) const {
+  throw protocol::ValueError("cannot serve the LoRA adapter in " + directory.string() +
+                             ": LoRA adapters are not served with --tensor-parallel-size above 1 "
+                             "yet");
+}
+
 }  // namespace hotswap::worker

@@ -45,6 +45,10 @@ class TensorParallelModel final : public model_loader::ServableModel {
   std::map<std::string, std::string> runtime_checksums(
       const std::string& key_prefix) const override;
   std::map<std::string, std::string> checkpoint_checksums() const override;
+  // Not yet: each rank's shard lays an adapter out (LoraAdapter shards it as vLLM does), but
+  // the ranks' channel carries no adapter to load nor which one a step's sequences use.
+  std::shared_ptr<const model_loader::LoraAdapter> load_lora_adapter(
+      const std::filesystem::path& directory, std::int64_t max_rank) const override;
 
   // LoadableModel: rank 0's shard.
   void load_weights(const std::vector<model_loader::NamedTensor>& weights) override;

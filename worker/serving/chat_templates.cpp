@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 
+#include "model_loader/mapped_file.hpp"
 #include "model_loader/tokenizer/byte_level.hpp"
 #include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
+#include "transport/posix_check.hpp"
 
 namespace hotswap::worker {
 namespace {
@@ -17,14 +17,17 @@ namespace {
 using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
+// A model file, bounded (a tokenizer_config.json with a large added-token table is a few MB; a
+// template past RenderLimits::max_template_bytes is refused when it renders).
 std::optional<std::string> read_file(const fs::path& path) {
+  constexpr std::size_t kMaxBytes = 64u << 20;
   std::error_code ignored;
   if (!fs::is_regular_file(path, ignored)) return std::nullopt;  // a directory opens, and reads ""
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  try {
+    return model_loader::read_regular_file(path.string(), kMaxBytes);
+  } catch (const transport::PosixError& e) {
+    throw protocol::ValueError("cannot read " + path.string() + ": " + e.reason());
+  }
 }
 
 // vLLM reads a --chat-template that is no file as the template itself, its Python escapes
@@ -126,6 +129,10 @@ ChatTemplates ChatTemplates::load(const fs::path& model_dir,
   ChatTemplates t;
   std::optional<ordered_json> config;
   if (auto text = read_file(model_dir / "tokenizer_config.json")) {
+    if (protocol::scan_json(*text).too_deep) {
+      throw protocol::ValueError("the model's tokenizer_config.json nests deeper than " +
+                                 std::to_string(protocol::kMaxJsonDepth) + " levels");
+    }
     try {
       config = ordered_json::parse(*text);
     } catch (const ordered_json::exception& e) {
@@ -285,29 +292,41 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
   if (auto calls = message.find("tool_calls");
       *role == "assistant" && calls != message.end() && calls->is_array() && !calls->empty()) {
     ordered_json parsed = *calls;
-    // A call's arguments reach the template as an object: JSON text is parsed, and what is not
-    // an object or a list (or not JSON) becomes {}.
+    // A call's arguments reach the template as vLLM hands them over: JSON text parsed (text that
+    // is not JSON refused), an object or a list as it is, and none at all (null, "", 0, false,
+    // {} or []) as {}.
     for (auto& call : parsed) {
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
         continue;
       auto& function = call["function"];
       auto arguments = function.find("arguments");
-      // None at all reaches the template as {}, as vLLM hands it over.
-      if (arguments == function.end() || arguments->is_null()) {
+      const bool none =
+          arguments == function.end() || arguments->is_null() ||
+          (arguments->is_string() && arguments->get_ref<const std::string&>().empty()) ||
+          (arguments->is_number() && *arguments == 0) || *arguments == false ||
+          ((arguments->is_object() || arguments->is_array()) && arguments->empty());
+      if (none) {
         function["arguments"] = ordered_json::object();
         continue;
       }
-      if (!arguments->is_string()) continue;
+      if (arguments->is_object() || arguments->is_array()) continue;
+      const std::string arguments_of = "a tool call's `arguments` in " + where;
+      if (!arguments->is_string()) {
+        throw protocol::ValueError(arguments_of +
+                                   " are neither JSON text nor an object: " + arguments->dump());
+      }
       const std::string text = arguments->get<std::string>();
       // Text inside a string escaped the body's depth check: nested too deep, copying or
       // printing it would overflow the stack.
       if (protocol::scan_json(text).too_deep) {
-        throw protocol::ValueError("the arguments of a tool call in messages[" + std::to_string(m) +
-                                   "] nest deeper than " + std::to_string(protocol::kMaxJsonDepth) +
-                                   " levels");
+        throw protocol::ValueError(arguments_of + " nest deeper than " +
+                                   std::to_string(protocol::kMaxJsonDepth) + " levels");
       }
-      ordered_json value = ordered_json::parse(text, nullptr, false);
-      *arguments = value.is_object() || value.is_array() ? value : ordered_json::object();
+      try {
+        *arguments = ordered_json::parse(text);
+      } catch (const ordered_json::parse_error& e) {
+        throw protocol::ValueError(arguments_of + " are not JSON: " + e.what());
+      }
     }
     out["tool_calls"] = std::move(parsed);
   }

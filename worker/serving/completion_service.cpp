@@ -536,13 +536,23 @@ CompletionService::CompletionService(GenerationScheduler& scheduler,
                                      const model_loader::Tokenizer* tokenizer,
                                      const model_loader::ModelConfig& config,
                                      std::string served_model_name, std::string model_root,
-                                     std::chrono::milliseconds timeout)
+                                     std::chrono::milliseconds timeout, const LoraRegistry* loras)
     : scheduler_(scheduler),
       tokenizer_(tokenizer),
       config_(config),
       model_name_(std::move(served_model_name)),
       model_root_(std::move(model_root)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      loras_(loras) {}
+
+std::shared_ptr<const model_loader::LoraAdapter> CompletionService::resolve_model(
+    const std::optional<std::string>& model) const {
+  if (!model || model->empty() || *model == model_name_) return nullptr;
+  if (loras_ != nullptr) {
+    if (auto adapter = loras_->find(*model)) return adapter;
+  }
+  throw ModelNotFoundError("The model `" + *model + "` does not exist.");
+}
 
 ordered_json CompletionService::models() const {
   const auto now = unix_seconds();
@@ -566,7 +576,22 @@ ordered_json CompletionService::models() const {
                        {"parent", nullptr},
                        {"max_model_len", config_.max_position_embeddings},
                        {"permission", ordered_json::array({permission})}};
-  return {{"object", "list"}, {"data", ordered_json::array({card})}};
+  ordered_json data = ordered_json::array({card});
+  if (loras_ != nullptr) {
+    // vLLM's cards for adapters: their path as root, the base model (or the name
+    // --lora-modules gave) as parent, no max_model_len of their own.
+    for (const auto& lora : loras_->list()) {
+      data.push_back({{"id", lora.name},
+                      {"object", "model"},
+                      {"created", now},
+                      {"owned_by", "vllm"},
+                      {"root", lora.path},
+                      {"parent", lora.base_model_name.value_or(model_name_)},
+                      {"max_model_len", nullptr},
+                      {"permission", ordered_json::array({permission})}});
+    }
+  }
+  return {{"object", "list"}, {"data", std::move(data)}};
 }
 
 std::int64_t fit_to_context(std::int64_t max_len, std::int64_t input,
@@ -616,10 +641,7 @@ std::shared_ptr<CompletionRun> CompletionService::start_chat(
     bool trust_request_template, const std::function<bool()>& caller_gone) {
   warn_ignored(params.completion);
   const auto& conversation = params.conversation;
-  if (params.completion.model && !params.completion.model->empty() &&
-      *params.completion.model != model_name_) {
-    throw ModelNotFoundError("The model `" + *params.completion.model + "` does not exist.");
-  }
+  (void)resolve_model(params.completion.model);  // a 404 before the template renders
   if (tokenizer_ == nullptr) {
     throw protocol::ValueError(
         "chat completions need the model's tokenizer, and this worker has none (no "
@@ -648,9 +670,7 @@ std::shared_ptr<CompletionRun> CompletionService::start_chat(
 std::shared_ptr<CompletionRun> CompletionService::launch(protocol::CompletionParams p,
                                                          std::optional<CompletionRun::Chat> chat,
                                                          const std::function<bool()>& caller_gone) {
-  if (p.model && !p.model->empty() && *p.model != model_name_) {
-    throw ModelNotFoundError("The model `" + *p.model + "` does not exist.");
-  }
+  auto lora = resolve_model(p.model);
   if (tokenizer_ == nullptr) {
     const bool text = std::any_of(p.prompts.begin(), p.prompts.end(),
                                   [](const auto& prompt) { return prompt.text.has_value(); });
@@ -661,7 +681,9 @@ std::shared_ptr<CompletionRun> CompletionService::launch(protocol::CompletionPar
           "--skip-tokenizer-init): send the prompt as token ids");
     }
   }
-  auto run = std::make_shared<CompletionRun>(std::move(p), model_name_, std::move(chat));
+  // Answered under the name asked for: an adapter's, or the model's.
+  const std::string answered_as = lora != nullptr ? *p.model : model_name_;
+  auto run = std::make_shared<CompletionRun>(std::move(p), answered_as, std::move(chat));
   const auto& q = run->params_;
   run->scheduler_ = &scheduler_;
   run->tokenizer_ = tokenizer_;
@@ -713,6 +735,8 @@ std::shared_ptr<CompletionRun> CompletionService::launch(protocol::CompletionPar
       request.prompt_token_ids = ids;
       // vLLM's external id of prompt i, which abort_requests names: "cmpl-<id>-<i>".
       request.request_id = run->id_ + "-" + std::to_string(pi);
+      request.lora = lora;
+      if (lora != nullptr) request.lora_name = *q.model;
       auto& sp = request.params;
       static_cast<protocol::SamplingFields&>(sp) = q;  // as read and validated
       sp.max_tokens = max_tokens;

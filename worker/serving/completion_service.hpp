@@ -30,15 +30,10 @@
 #include "protocol/method_params.hpp"
 #include "worker/serving/chat_templates.hpp"
 #include "worker/serving/generation_scheduler.hpp"
+#include "worker/serving/lora_registry.hpp"
+#include "worker/serving/model_not_found_error.hpp"
 
 namespace hotswap::worker {
-
-// A request for a model the worker does not serve: vLLM's 404 NotFoundError (a ValueError over
-// ZeroMQ).
-class ModelNotFoundError : public protocol::ValueError {
- public:
-  using protocol::ValueError::ValueError;
-};
 
 // One completion request in flight. Streamed: take() hands out each chunk as it is produced.
 // Whole: wait() returns the response. Either way it ends by itself at the worker's timeout.
@@ -140,13 +135,15 @@ class CompletionRun {
 
 class CompletionService {
  public:
-  // `tokenizer` may be null (token-id prompts only); it and `scheduler` must outlive the service.
+  // `tokenizer` may be null (token-id prompts only); it, `scheduler` and `loras` (the adapters a
+  // request's `model` may name; null: none) must outlive the service.
   CompletionService(GenerationScheduler& scheduler, const model_loader::Tokenizer* tokenizer,
                     const model_loader::ModelConfig& config, std::string served_model_name,
-                    std::string model_root, std::chrono::milliseconds timeout);
+                    std::string model_root, std::chrono::milliseconds timeout,
+                    const LoraRegistry* loras = nullptr);
 
   const std::string& model_name() const { return model_name_; }
-  // GET /v1/models: vLLM's ModelList with the one model served.
+  // GET /v1/models: vLLM's ModelList: the model served, then each LoRA adapter with its parent.
   nlohmann::ordered_json models() const;
   // Validates, tokenizes and queues every choice; throws before anything runs on bad input
   // (ValueError, ModelNotFoundError, RuntimeError, OverloadedError).
@@ -167,6 +164,10 @@ class CompletionService {
   std::shared_ptr<CompletionRun> launch(protocol::CompletionParams params,
                                         std::optional<CompletionRun::Chat> chat,
                                         const std::function<bool()>& caller_gone);
+  // What a request's `model` names: the model served (null, as is an absent or empty name) or a
+  // LoRA adapter; vLLM's 404 for anything else.
+  std::shared_ptr<const model_loader::LoraAdapter> resolve_model(
+      const std::optional<std::string>& model) const;
 
   GenerationScheduler& scheduler_;
   const model_loader::Tokenizer* tokenizer_;
@@ -174,6 +175,7 @@ class CompletionService {
   std::string model_name_;
   std::string model_root_;
   std::chrono::milliseconds timeout_;
+  const LoraRegistry* loras_;
   std::mutex runs_mutex_;
   std::map<std::uint64_t, std::weak_ptr<CompletionRun>> runs_;  // by first ticket
 };

@@ -78,8 +78,8 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
         "refused until a full update commits");
   }
   Running r;
-  r.sequence =
-      std::make_unique<model_loader::Sequence>(std::move(request.prompt_token_ids), request.params);
+  r.sequence = std::make_unique<model_loader::Sequence>(std::move(request.prompt_token_ids),
+                                                        request.params, std::move(request.lora));
   for (auto id : r.sequence->prompt()) {
     if (id < 0 || id >= model_->config().vocab_size) {
       throw protocol::ValueError("prompt token id " + std::to_string(id) + " is outside 0.." +
@@ -88,6 +88,7 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
   }
   r.done = std::move(done);
   r.request_id = std::move(request.request_id);
+  r.lora_name = std::move(request.lora_name);
   r.deadline = deadline;
   r.on_token = std::move(request.on_token);
   r.arrival = Clock::now();
@@ -405,6 +406,20 @@ std::size_t GenerationScheduler::running() const {
 std::size_t GenerationScheduler::waiting() const {
   std::lock_guard lock(mutex_);
   return waiting_.size();
+}
+
+GenerationScheduler::LoraNames GenerationScheduler::lora_names() const {
+  std::set<std::string> running, waiting;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& r : running_) {
+      if (!r.lora_name.empty()) running.insert(r.lora_name);
+    }
+    for (const auto& r : waiting_) {
+      if (!r.lora_name.empty()) waiting.insert(r.lora_name);
+    }
+  }
+  return {{running.begin(), running.end()}, {waiting.begin(), waiting.end()}};
 }
 
 }  // namespace hotswap::worker

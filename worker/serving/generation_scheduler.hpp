@@ -52,6 +52,10 @@ struct GenerateRequest {
   bool logprobs = false;
   // The external id abort_requests() names it by (a completion's choices share theirs).
   std::string request_id;
+  // The LoRA adapter it runs through (a request's `model` naming one) and that name, which
+  // /metrics reports; null and empty: the base model.
+  std::shared_ptr<const model_loader::LoraAdapter> lora;
+  std::string lora_name;
   // Called after every step that gave this request a token, on the scheduler's thread with its
   // lock held (it must be quick and must not call back into the scheduler), with the version
   // that produced the token. Returning false ends the request there, finish_reason "stop".
@@ -137,11 +141,18 @@ class GenerationScheduler {
   std::size_t in_flight() const;
   std::size_t running() const;
   std::size_t waiting() const;
+  // The LoRA adapters of the requests running and of those waiting, by name, each once, sorted
+  // (vLLM's vllm:lora_requests_info labels).
+  struct LoraNames {
+    std::vector<std::string> running, waiting;
+  };
+  LoraNames lora_names() const;
 
  private:
   struct Running {
     std::uint64_t ticket = 0;
     std::string request_id;
+    std::string lora_name;
     std::unique_ptr<model_loader::Sequence> sequence;
     Completion done;
     Clock::time_point deadline;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "protocol/errors.hpp"
+#include "worker/serving/python_memory_budget.hpp"
 
 namespace py = pybind11;
 
@@ -139,58 +140,96 @@ _compiled = {}  # source -> template, the last few
 _content_loops = {}  # source -> whether it loops over a message's content, the last few
 
 
+class _UnusualLoop(Exception):
+    """A loop over the messages or their content whose target is not one name."""
+
+
+def _reads(node, name, key=None):
+    # `name` (or `name[key]`, `name.key`), read as it is or through filters, tests and slices:
+    # `messages|selectattr(...)`, `message['content'] is string`, `messages[1:]`.
+    nodes = jinja2.nodes
+    while True:
+        if isinstance(node, nodes.Filter) and node.node is not None:
+            node = node.node
+        elif isinstance(node, nodes.Test):
+            node = node.node
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            node = node.node
+        else:
+            break
+
+    def is_name(n):
+        return isinstance(n, nodes.Name) and n.ctx == "load" and n.name == name
+
+    if key is None:
+        return is_name(node)
+    if isinstance(node, nodes.Getitem):
+        return (is_name(node.node) and isinstance(node.arg, nodes.Const)
+                and node.arg.value == key)
+    return isinstance(node, nodes.Getattr) and is_name(node.node) and node.attr == key
+
+
+def _loop_name(loop):
+    if not isinstance(loop.target, jinja2.nodes.Name):
+        raise _UnusualLoop()
+    return loop.target.name
+
+
+def _loops_over_content(tree):
+    nodes = jinja2.nodes
+    # `messages`, and every name set from it or from one of those (`{% set rest = messages[1:] %}`),
+    # breadth first.
+    conversations = ["messages"]
+    pending = ["messages"]
+    while pending:
+        name = pending.pop(0)
+        for assign in tree.find_all(nodes.Assign):
+            if _reads(assign.node, name):
+                if not isinstance(assign.target, nodes.Name):
+                    raise _UnusualLoop()
+                target = assign.target.name
+                if target not in conversations:
+                    conversations.append(target)
+                    pending.append(target)
+    loops = list(tree.find_all(nodes.For))
+    messages = [_loop_name(loop) for loop in loops
+                if any(_reads(loop.iter, name) for name in conversations)]
+    # A loop over a message's content, or over a name `content`: the first one decides.
+    for loop in loops:
+        if (any(_reads(loop.iter, message, "content") for message in messages)
+                or (isinstance(loop.iter, nodes.Name) and loop.iter.name == "content")):
+            _loop_name(loop)
+            return True
+    return False
+
+
 def iterates_over_content(source):
-    # vLLM's "auto" content format: a template that loops over a message's content
-    # ({% for part in message['content'] %}, the message being a loop variable over `messages`
-    # or over a name set to it or to a slice of it) takes the parts as a list; any other, text.
+    # vLLM's "auto" content format, found in the template's syntax tree as vLLM finds it: a
+    # template with a loop over a message's content takes the parts as a list; any other, or one
+    # whose loops over the messages or their content do not bind one name, takes text.
     known = _content_loops.get(source)
     if known is not None:
         return known
     try:
-        tree = _environment.parse(source)
-    except TemplateError:
-        return False
-    nodes = jinja2.nodes
-
-    def is_messages(node, aliases):
-        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
-            node = node.node
-        return isinstance(node, nodes.Name) and node.name in aliases
-
-    aliases = {"messages"}
-    for assign in tree.find_all(nodes.Assign):
-        if isinstance(assign.target, nodes.Name) and is_messages(assign.node, aliases):
-            aliases.add(assign.target.name)
-    loops = list(tree.find_all(nodes.For))
-    message_names = {loop.target.name for loop in loops
-                     if isinstance(loop.target, nodes.Name) and is_messages(loop.iter, aliases)}
-
-    def is_content(node):
-        if isinstance(node, nodes.Getitem):
-            return (isinstance(node.node, nodes.Name) and node.node.name in message_names
-                    and isinstance(node.arg, nodes.Const) and node.arg.value == "content")
-        if isinstance(node, nodes.Getattr):
-            return (isinstance(node.node, nodes.Name) and node.node.name in message_names
-                    and node.attr == "content")
-        return False
-
-    found = any(is_content(loop.iter) for loop in loops)
+        found = _loops_over_content(_environment.parse(source))
+    except (TemplateError, _UnusualLoop):
+        found = False
     if len(_content_loops) >= 8:
         _content_loops.pop(next(iter(_content_loops)))
     _content_loops[source] = found
     return found
 
 
-def render(source, variables_json, max_chars):
-    # Its time and the template's size are bounded from outside: past its deadline, a watchdog
-    # raises TemplateLimitError in this thread (CPython's asynchronous exception).
+def render(source, variables, max_chars):
+    # Its time, memory and the template's size are bounded from outside: past its deadline, a
+    # watchdog raises TemplateLimitError in this thread (CPython's asynchronous exception); past
+    # its memory, an allocation fails (MemoryError).
     template = _compiled.get(source)
     if template is None:
         template = _environment.from_string(source)
         if len(_compiled) >= 8:
             _compiled.pop(next(iter(_compiled)))
         _compiled[source] = template
-    variables = json.loads(variables_json)
     _bounds["chars"] = max_chars
     pieces = []
     length = 0
@@ -206,6 +245,7 @@ def render(source, variables_json, max_chars):
 // What the C++ side keeps of the interpreter. Never destroyed: the interpreter is never
 // finalized, and Python objects must not be released without it.
 struct Interpreter {
+  py::object load_json;  // json.loads: a render's variables, read before its memory is counted
   py::object render;
   py::object iterates_over_content;
   PyObject* limit_error = nullptr;  // TemplateLimitError, the watchdog's exception
@@ -213,18 +253,23 @@ struct Interpreter {
 };
 
 Interpreter* start_interpreter() {
+  // A malloc-based allocator with no debug hooks, named rather than left to the build's default:
+  // PythonMemoryBudget reads the sizes of the blocks it counts back from malloc.
+  PyPreConfig pre;
+  PyPreConfig_InitIsolatedConfig(&pre);
 #if defined(__SANITIZE_ADDRESS__)
   // Instrumented, the interpreter keeps its objects in malloc's memory rather than in its own
   // arenas (mapped memory, which leak checking does not read): what they hold on to (OpenSSL's
   // state behind hashlib, say) is then seen as held, not leaked.
-  PyPreConfig pre;
-  PyPreConfig_InitIsolatedConfig(&pre);
   pre.allocator = PYMEM_ALLOCATOR_MALLOC;
+#else
+  pre.allocator = PYMEM_ALLOCATOR_PYMALLOC;
+#endif
   if (PyStatus_Exception(Py_PreInitialize(&pre))) {
     throw protocol::RuntimeError(
         "cannot prepare the Python interpreter that renders chat templates");
   }
-#endif
+  PythonMemoryBudget::install();
   PyConfig config;
   // Isolated: PYTHONPATH, PYTHONHOME and the user's site directory (a virtual environment's,
   // say) do not reach it; Debian's site module still adds /usr/lib/python3/dist-packages, where
@@ -245,6 +290,7 @@ Interpreter* start_interpreter() {
     py::dict space;
     space["__builtins__"] = py::module_::import("builtins");
     py::exec(kSetup, space);
+    state->load_json = py::module_::import("json").attr("loads");
     state->render = space["render"];
     state->iterates_over_content = space["iterates_over_content"];
     state->limit_error = py::object(space["TemplateLimitError"]).release().ptr();
@@ -373,11 +419,15 @@ JinjaRenderer& JinjaRenderer::instance() {
 
 namespace {
 
-// Runs `call` (Python, under the interpreter's lock) for a template `source`, within `limits`:
-// the template's size checked first, its time by the watchdog; a Python error becomes a
-// ValueError with its text (Jinja2's message, as vLLM answers it).
-template <class Result, class Call>
-Result bounded(const std::string& source, const RenderLimits& limits, Call&& call) {
+// Calls the interpreter's `function` for a template `source`, within `limits`: the template's
+// size checked first, its time by the watchdog, its memory by a PythonMemoryBudget of
+// limits.max_memory_bytes plus four times `input_bytes` (what the template reads, which it may
+// copy); `arguments` (made under the interpreter's lock, outside the budget) are what it is
+// called with. A Python error becomes a ValueError with its text (Jinja2's message, as vLLM
+// answers it).
+template <class Result, class Arguments>
+Result bounded(const std::string& source, const RenderLimits& limits, std::size_t input_bytes,
+               py::object Interpreter::*function, Arguments&& arguments) {
   const auto deadline = std::chrono::steady_clock::now() + limits.time;
   auto out_of_time = [&] {
     std::ostringstream limit;
@@ -408,10 +458,29 @@ Result bounded(const std::string& source, const RenderLimits& limits, Call&& cal
     }
   } armed{dog};
   dog.arm(deadline);
+  const std::size_t budget = limits.max_memory_bytes + 4 * input_bytes;
   std::optional<std::string> error;
   Result result{};
   try {
-    result = call(python).template cast<Result>();
+    const py::tuple args = arguments(python);
+    // Only the call itself runs under the budget: pybind11 reading its result or its error
+    // needs memory of its own, and must not fail for the template's sake.
+    PyObject* out = nullptr;
+    bool out_of_memory = false;
+    {
+      PythonMemoryBudget within(budget);
+      out = PyObject_Call((python.*function).ptr(), args.ptr(), nullptr);
+      out_of_memory = out == nullptr && within.exceeded();
+    }
+    if (out_of_memory) {
+      PyErr_Clear();
+      error = "the chat template needed more than " + std::to_string(budget >> 20) +
+              " MiB of memory to render";
+    } else if (out == nullptr) {
+      throw py::error_already_set();
+    } else {
+      result = py::reinterpret_steal<py::object>(out).template cast<Result>();
+    }
   } catch (py::error_already_set& e) {
     // Jinja2's message, as vLLM answers it; `e` goes while the interpreter's lock is held.
     try {
@@ -436,14 +505,15 @@ std::string JinjaRenderer::render(const std::string& source,
     throw protocol::ValueError("a chat template's variables are a JSON object");
   }
   const std::string variables_json = variables.dump();
-  return bounded<std::string>(source, limits, [&](Interpreter& python) {
-    return python.render(source, variables_json, limits.max_chars);
-  });
+  return bounded<std::string>(
+      source, limits, variables_json.size(), &Interpreter::render, [&](Interpreter& python) {
+        return py::make_tuple(source, python.load_json(variables_json), limits.max_chars);
+      });
 }
 
 bool JinjaRenderer::iterates_over_content(const std::string& source, const RenderLimits& limits) {
-  return bounded<bool>(source, limits,
-                       [&](Interpreter& python) { return python.iterates_over_content(source); });
+  return bounded<bool>(source, limits, 0, &Interpreter::iterates_over_content,
+                       [&](Interpreter&) { return py::make_tuple(source); });
 }
 
 std::string JinjaRenderer::jinja_version() {

@@ -4,8 +4,8 @@
 // lstrip_blocks, the loop-controls extension and `{% generation %}` blocks, `raise_exception`
 // and `strftime_now` globals, a `tojson` filter that keeps non-ASCII characters, and the
 // restricted `dict` and `namespace` transformers gives templates. Templates are outside input
-// (a model's tokenizer_config.json, a request's `chat_template`): a render is bounded in time
-// and in output, and `*` cannot build a string or list past the output bound.
+// (a model's tokenizer_config.json, a request's `chat_template`): a render is bounded in time,
+// in output and in memory, and `*`, `**` and `+` cannot build a value past the output bound.
 //
 // The interpreter starts on first use, isolated from the environment's PYTHON* variables and
 // without signal handlers, and renders nothing but templates: no other Python runs in the
@@ -25,6 +25,9 @@ struct RenderLimits {
   std::chrono::milliseconds time{5000};  // the render's own time, from its first statement
   std::size_t max_chars = 4 << 20;       // of the rendered text (and of a `*` product in it)
   std::size_t max_template_bytes = 1 << 20;
+  // Of the interpreter's memory one render may take (PythonMemoryBudget), beyond four times the
+  // size of its variables as JSON (a template may copy what it reads: `messages|tojson`).
+  std::size_t max_memory_bytes = std::size_t{256} << 20;
 };
 
 class JinjaRenderer {

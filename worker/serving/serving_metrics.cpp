@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <sstream>
 
 namespace hotswap::worker {
 namespace {
@@ -146,6 +148,27 @@ std::string ServingMetrics::render(const std::string& model_name, std::size_t ru
          "Histogram of e2e request latency in seconds.");
   e2e_.render(out, "vllm:e2e_request_latency_seconds", labels);
   return out;
+}
+
+std::string render_lora_requests_info(std::size_t max_loras,
+                                      const std::vector<std::string>& waiting,
+                                      const std::vector<std::string>& running) {
+  auto joined = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& name : names)
+      out += (out.empty() ? "" : ",") + name;
+    return escape_label_value(out);
+  };
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ostringstream value;
+  value.precision(17);
+  value << now;
+  return "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+         "# TYPE vllm:lora_requests_info gauge\n"
+         "vllm:lora_requests_info{max_lora=\"" +
+         std::to_string(max_loras) + "\",waiting_lora_adapters=\"" + joined(waiting) +
+         "\",running_lora_adapters=\"" + joined(running) + "\"} " + value.str() + "\n";
 }
 
 }  // namespace hotswap::worker

@@ -58,6 +58,13 @@ class ServingMetrics {
 // escaped.
 std::string escape_label_value(const std::string& value);
 
+// vLLM's vllm:lora_requests_info gauge (with --enable-lora): --max-loras and the adapters of the
+// waiting and the running requests, comma-separated, as labels; its value the time it was read
+// (seconds since the epoch), as vLLM sets it.
+std::string render_lora_requests_info(std::size_t max_loras,
+                                      const std::vector<std::string>& waiting,
+                                      const std::vector<std::string>& running);
+
 // A float as Prometheus' Python client (vLLM's) writes it, which is Python's repr: the shortest
 // text that reads back as the same double, fixed between 1e-4 and 1e16 and with ".0" on whole
 // numbers (0.1, 0.025, 600.0), else scientific (1e-05, 1e+16). Every bucket bound (`le`) and

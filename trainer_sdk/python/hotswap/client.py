@@ -42,6 +42,8 @@ CONTROL_METHODS = (
     "completions",
     "chat_completions",
     "models",
+    "load_lora_adapter",
+    "unload_lora_adapter",
     "health",
     "metrics",
     "shutdown",

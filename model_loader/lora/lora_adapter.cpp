@@ -1,0 +1,176 @@
+#include "model_loader/lora/lora_adapter.hpp"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string_view>
+
+#include "model_loader/parameter_store.hpp"
+#include "model_loader/safetensors_file.hpp"
+#include "protocol/errors.hpp"
+
+namespace hotswap::model_loader {
+namespace {
+
+constexpr std::string_view kPeftPrefix = "base_model.model.";
+constexpr std::string_view kA = ".lora_A.weight";
+constexpr std::string_view kB = ".lora_B.weight";
+constexpr std::array<std::string_view, 7> kProjections = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+std::string shape_text(c10::IntArrayRef shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// One adapted projection: its A and B as the file holds them, and the slot its weight fills.
+struct Projection {
+  at::Tensor a, b;
+  std::string a_name, b_name;
+  const CheckpointSlot* slot = nullptr;
+};
+
+// The module a PEFT tensor name belongs to, and whether it is its A (else its B). What PEFT
+// writes for what is not served (embeddings, DoRA's magnitudes, biases) is refused by name.
+std::pair<std::string, bool> module_of(std::string_view name) {
+  std::string_view rest = name;
+  if (rest.starts_with(kPeftPrefix)) rest.remove_prefix(kPeftPrefix.size());
+  for (auto [suffix, is_a] : {std::pair{kA, true}, std::pair{kB, false}}) {
+    if (rest.ends_with(suffix) && rest.size() > suffix.size()) {
+      return {std::string(rest.substr(0, rest.size() - suffix.size())), is_a};
+    }
+  }
+  const std::string quoted = "`" + std::string(name) + "`";
+  if (rest.find("lora_embedding_") != std::string_view::npos) {
+    throw protocol::ValueError(quoted + ": LoRA on embeddings is not served");
+  }
+  if (rest.find("lora_magnitude_vector") != std::string_view::npos) {
+    throw protocol::ValueError(quoted + ": DoRA adapters are not served");
+  }
+  throw protocol::ValueError(quoted +
+                             " is not a tensor of a LoRA adapter as PEFT writes one "
+                             "(`<module>.lora_A.weight` and `<module>.lora_B.weight`)");
+}
+
+}  // namespace
+
+std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::filesystem::path& directory,
+                                                     const WeightMapping& mapping,
+                                                     c10::Device device, std::int64_t max_rank) {
+  const LoraConfig config = LoraConfig::load(directory, max_rank);
+  const auto path = directory / "adapter_model.safetensors";
+  if (!std::filesystem::is_regular_file(path)) {
+    throw protocol::ValueError("no adapter_model.safetensors in " + directory.string() +
+                               " (PEFT's safetensors format is read)");
+  }
+  auto file = SafetensorsFile::open(path.string());
+  NamedTensors tensors;
+  for (const auto& info : file->tensors())
+    tensors.emplace_back(info.name, file->tensor(info));
+  try {
+    return from_tensors(config, tensors, mapping, device);
+  } catch (const protocol::ValueError& e) {
+    throw protocol::ValueError(path.string() + ": " + e.what());
+  }
+}
+
+std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& config,
+                                                             const NamedTensors& tensors,
+                                                             const WeightMapping& mapping,
+                                                             c10::Device device) {
+  std::map<std::string, Projection> projections;
+  for (const auto& [name, tensor] : tensors) {
+    auto [module, is_a] = module_of(name);
+    const std::string quoted = "`" + name + "`";
+    const CheckpointSlot* slot = mapping.find(module + ".weight");
+    if (slot == nullptr) {
+      throw protocol::ValueError(quoted + ": the base model has no module `" + module + "`");
+    }
+    if (mapping.runtime_params()[slot->param].shape.size() != 2) {
+      throw protocol::ValueError(quoted + ": `" + module +
+                                 "` is an expert of a mixture of experts, and expert LoRA is "
+                                 "not served");
+    }
+    const std::string_view leaf = std::string_view(module).substr(module.rfind('.') + 1);
+    if (std::find(kProjections.begin(), kProjections.end(), leaf) == kProjections.end()) {
+      throw protocol::ValueError(quoted + ": `" + module +
+                                 "` is not adapted (LoRA is served on the q/k/v/o and "
+                                 "gate/up/down projections)");
+    }
+    // PEFT's shapes for a linear layer of weight [out, in] at rank r: A [r, in], B [out, r].
+    const std::int64_t out = slot->shape[0], in = slot->shape[1], r = config.rank;
+    const std::vector<std::int64_t> wanted = is_a ? std::vector{r, in} : std::vector{out, r};
+    if (tensor.sizes() != c10::IntArrayRef(wanted)) {
+      throw protocol::ValueError(quoted + " has shape " + shape_text(tensor.sizes()) +
+                                 "; the base model's `" + module + "` " + shape_text(slot->shape) +
+                                 " at rank " + std::to_string(r) + " needs " + shape_text(wanted));
+    }
+    if (!tensor.is_floating_point()) {
+      throw protocol::ValueError(quoted + " is not a floating-point tensor");
+    }
+    Projection& p = projections[module];
+    p.slot = slot;
+    (is_a ? p.a : p.b) = tensor;
+    (is_a ? p.a_name : p.b_name) = name;
+  }
+
+  // Each runtime parameter's projections, in the order their rows come.
+  std::map<std::size_t, std::vector<const Projection*>> by_param;
+  for (const auto& [module, p] : projections) {
+    if (!p.a.defined() || !p.b.defined()) {
+      throw protocol::ValueError("`" + module + "` has a lora_" + (p.a.defined() ? "A" : "B") +
+                                 " (`" + (p.a.defined() ? p.a_name : p.b_name) + "`) and no lora_" +
+                                 (p.a.defined() ? "B" : "A"));
+    }
+    by_param[p.slot->param].push_back(&p);
+  }
+  std::shared_ptr<LoraAdapter> adapter(new LoraAdapter);
+  adapter->config_ = config;
+  adapter->pairs_.resize(mapping.runtime_params().size());
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  const double scaling = config.scaling();
+  for (auto& [param, parts] : by_param) {
+    std::sort(parts.begin(), parts.end(), [](const Projection* x, const Projection* y) {
+      return x->slot->row_offset < y->slot->row_offset;
+    });
+    const std::int64_t rows = mapping.runtime_params()[param].shape[0];
+    const std::int64_t r = config.rank;
+    const auto total = static_cast<std::int64_t>(parts.size()) * r;
+    std::vector<at::Tensor> as;
+    at::Tensor b = at::zeros({rows, total}, options);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const CheckpointSlot& slot = *parts[i]->slot;
+      // Column-parallel (dim 0): this rank's rows of B; row-parallel (dim 1): its columns of A.
+      const at::Tensor a = slot.shard.dim == 1 ? kept_part(parts[i]->a, slot) : parts[i]->a;
+      const at::Tensor kept_b = slot.shard.dim == 0 ? kept_part(parts[i]->b, slot) : parts[i]->b;
+      as.push_back(a.to(options));
+      b.narrow(0, slot.row_offset, kept_b.size(0))
+          .narrow(1, static_cast<std::int64_t>(i) * r, r)
+          .copy_(kept_b.to(at::kFloat) * scaling);
+    }
+    adapter->pairs_[param] = LoraPair{at::cat(as, 0).contiguous(), b};
+    adapter->adapted_modules_ += parts.size();
+  }
+  return adapter;
+}
+
+const LoraPair* LoraAdapter::pair(std::size_t param) const {
+  if (param >= pairs_.size() || !pairs_[param]) return nullptr;
+  return &*pairs_[param];
+}
+
+std::uint64_t LoraAdapter::nbytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& p : pairs_) {
+    if (p) bytes += p->a.nbytes() + p->b.nbytes();
+  }
+  return bytes;
+}
+
+}  // namespace hotswap::model_loader

@@ -1,0 +1,241 @@
+// LoRA adapters served by a real worker process with vLLM's interface: --enable-lora,
+// --max-loras, --max-lora-rank and --lora-modules; /v1/load_lora_adapter and
+// /v1/unload_lora_adapter behind VLLM_ALLOW_RUNTIME_LORA_UPDATING, with vLLM's replies and
+// errors; a request's `model` naming an adapter; /v1/models listing adapters with their parent;
+// the same over ZeroMQ. Greedy tokens are held against transformers + peft's (golden vectors).
+#include <boost/test/unit_test.hpp>
+
+#include <httplib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "protocol/errors.hpp"
+#include "test_support.hpp"
+#include "trainer_sdk/rpc_client.hpp"
+#include "transport/gloo_communicator.hpp"
+#include "worker/rpc_error.hpp"
+#include "worker/worker_process.hpp"
+
+using namespace hotswap;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+const std::filesystem::path kGolden = HOTSWAP_GOLDEN_DIR;
+const std::filesystem::path kModel = kGolden / "model_loader" / "qwen2_f32";
+const std::filesystem::path kAdapters = kGolden / "lora" / "qwen2_f32";
+
+json golden_lora() {
+  return json::parse(std::ifstream(kAdapters / "golden.json"));
+}
+
+std::vector<std::int64_t> greedy_of(const json& golden) {
+  std::vector<std::int64_t> tokens;
+  for (const auto& step : golden["greedy"])
+    tokens.push_back(step["token"].get<std::int64_t>());
+  return tokens;
+}
+
+// Sets an environment variable for the workers this test starts, and takes it back after.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+struct Worker {
+  int port = transport::pick_free_port();
+  std::unique_ptr<testing::WorkerProcess> process;
+
+  explicit Worker(const std::vector<std::string>& extra) {
+    process = testing::openai_worker(kModel, port, extra);
+  }
+  httplib::Result post(const std::string& path, const json& body) {
+    httplib::Client http("127.0.0.1", port);
+    http.set_read_timeout(60s);
+    return http.Post(path, body.dump(), "application/json");
+  }
+  // The greedy continuation of the golden prompt under `model`, as the worker answers it.
+  std::vector<std::int64_t> greedy(const std::string& model, std::size_t tokens) {
+    auto res = post("/v1/completions", {{"model", model},
+                                        {"prompt", golden_lora()["prompt"]},
+                                        {"max_tokens", tokens},
+                                        {"temperature", 0},
+                                        {"return_token_ids", true}});
+    BOOST_REQUIRE(res);
+    BOOST_REQUIRE_MESSAGE(res->status == 200, res->body);
+    const json body = json::parse(res->body);
+    BOOST_TEST(body["model"] == model);
+    return body["choices"][0]["token_ids"].get<std::vector<std::int64_t>>();
+  }
+  std::pair<int, std::string> answer(const std::string& path, const json& body) {
+    auto res = post(path, body);
+    BOOST_REQUIRE(res);
+    return {res->status, res->body};
+  }
+};
+
+std::string error_message(const std::string& body) {
+  return json::parse(body)["error"]["message"].get<std::string>();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(lora_e2e)
+
+BOOST_AUTO_TEST_CASE(adapters_named_at_start_up_serve_by_model_name_with_pefts_tokens) {
+  const json golden = golden_lora();
+  const json base = json::parse(std::ifstream(kModel / "golden.json"));
+  Worker worker({"--enable-lora", "--max-loras", "2", "--lora-modules",
+                 "wide=" + (kAdapters / "wide").string(), "--lora-modules",
+                 json({{"name", "narrow"},
+                       {"path", (kAdapters / "narrow").string()},
+                       {"base_model_name", "qwen2-base"}})
+                     .dump()});
+  BOOST_TEST(worker.greedy("wide", 8) == greedy_of(golden["adapters"]["wide"]),
+             boost::test_tools::per_element());
+  BOOST_TEST(worker.greedy("narrow", 8) == greedy_of(golden["adapters"]["narrow"]),
+             boost::test_tools::per_element());
+  BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+
+  httplib::Client http("127.0.0.1", worker.port);
+  auto models = http.Get("/v1/models");
+  BOOST_REQUIRE(models);
+  const json data = json::parse(models->body)["data"];
+  BOOST_REQUIRE(data.size() == 3u);
+  BOOST_TEST(data[0]["id"] == "tiny");
+  BOOST_TEST(data[1]["id"] == "wide");
+  BOOST_TEST(data[1]["parent"] == "tiny");
+  BOOST_TEST(data[1]["root"] == (kAdapters / "wide").string());
+  BOOST_TEST(data[2]["id"] == "narrow");
+  BOOST_TEST(data[2]["parent"] == "qwen2-base");
+
+  // vLLM's vllm:lora_requests_info: the adapters of the requests waiting and running. A paused
+  // worker holds a request waiting, where it is seen for sure.
+  auto metrics = [&] {
+    auto res = http.Get("/metrics");
+    BOOST_REQUIRE(res);
+    BOOST_TEST(testing::malformed_metric_lines(res->body).empty());
+    return res->body;
+  };
+  BOOST_TEST(metrics().find("vllm:lora_requests_info{max_lora=\"2\",waiting_lora_adapters=\"\","
+                            "running_lora_adapters=\"\"} ") != std::string::npos);
+  BOOST_REQUIRE(http.Post("/pause?mode=keep", "", "application/json"));
+  auto held = std::async(std::launch::async, [&] {
+    return worker.answer("/v1/completions",
+                         {{"model", "narrow"}, {"prompt", {1, 2, 3}}, {"max_tokens", 4}});
+  });
+  bool seen = false;
+  for (int i = 0; i < 500 && !seen; ++i) {
+    seen = metrics().find("waiting_lora_adapters=\"narrow\"") != std::string::npos;
+    if (!seen) std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST(seen);
+  BOOST_REQUIRE(http.Post("/resume", "{}", "application/json"));
+  BOOST_TEST(held.get().first == 200);
+
+  // A name that is neither the model nor an adapter: vLLM's 404.
+  auto [status, body] = worker.answer("/v1/completions", {{"model", "other"}, {"prompt", {1, 2}}});
+  BOOST_TEST(status == 404);
+  BOOST_TEST(error_message(body) == "The model `other` does not exist.");
+  // Without VLLM_ALLOW_RUNTIME_LORA_UPDATING the runtime routes refuse, saying how to allow them.
+  std::tie(status, body) = worker.answer(
+      "/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", (kAdapters / "wide").string()}});
+  BOOST_TEST(status == 400);
+  BOOST_TEST(error_message(body).find("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(adapters_load_and_unload_at_run_time_with_vllms_replies_and_errors) {
+  ScopedEnv allow("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True");
+  const json golden = golden_lora();
+  Worker worker({"--enable-lora", "--max-loras", "2", "--max-lora-rank", "8"});
+  const std::string wide = (kAdapters / "wide").string(), narrow = (kAdapters / "narrow").string();
+
+  auto [status, body] =
+      worker.answer("/v1/load_lora_adapter", {{"lora_name", "a"}, {"lora_path", wide}});
+  BOOST_TEST(status == 200);
+  BOOST_TEST(body == "Success: LoRA adapter 'a' added successfully.");
+  BOOST_TEST(worker.greedy("a", 8) == greedy_of(golden["adapters"]["wide"]),
+             boost::test_tools::per_element());
+
+  std::tie(status, body) =
+      worker.answer("/v1/load_lora_adapter", {{"lora_name", "a"}, {"lora_path", narrow}});
+  BOOST_TEST(status == 400);
+  BOOST_TEST(error_message(body) == "The lora adapter 'a' has already been loaded.");
+  std::tie(status, body) = worker.answer("/v1/load_lora_adapter", {{"lora_name", "a"}});
+  BOOST_TEST(status == 400);
+  BOOST_TEST(error_message(body) == "Both 'lora_name' and 'lora_path' must be provided.");
+  std::tie(status, body) = worker.answer("/v1/load_lora_adapter",
+                                         {{"lora_name", "b"}, {"lora_path", "/no/such/adapter"}});
+  BOOST_TEST(status == 404);
+  BOOST_TEST(error_message(body) == "No adapter found for /no/such/adapter");
+
+  // vLLM's load_inplace: the name stays, the adapter is the new one from the next request on.
+  std::tie(status, body) = worker.answer(
+      "/v1/load_lora_adapter", {{"lora_name", "a"}, {"lora_path", narrow}, {"load_inplace", true}});
+  BOOST_TEST(status == 200);
+  BOOST_TEST(worker.greedy("a", 8) == greedy_of(golden["adapters"]["narrow"]),
+             boost::test_tools::per_element());
+
+  std::tie(status, body) =
+      worker.answer("/v1/load_lora_adapter", {{"lora_name", "b"}, {"lora_path", wide}});
+  BOOST_TEST(status == 200);
+  std::tie(status, body) =
+      worker.answer("/v1/load_lora_adapter", {{"lora_name", "c"}, {"lora_path", wide}});
+  BOOST_TEST(status == 400);
+  BOOST_TEST(error_message(body).find("as many as --max-loras 2 allows") != std::string::npos);
+
+  std::tie(status, body) = worker.answer("/v1/unload_lora_adapter", {{"lora_name", "b"}});
+  BOOST_TEST(status == 200);
+  BOOST_TEST(body == "Success: LoRA adapter 'b' removed successfully.");
+  std::tie(status, body) = worker.answer("/v1/unload_lora_adapter", {{"lora_name", "b"}});
+  BOOST_TEST(status == 404);
+  BOOST_TEST(error_message(body) == "The lora adapter 'b' cannot be found.");
+  std::tie(status, body) = worker.answer("/v1/completions", {{"model", "b"}, {"prompt", {1, 2}}});
+  BOOST_TEST(status == 404);
+
+  // An adapter past --max-lora-rank: vLLM's message, nothing served changes.
+  testing::TempDir big;
+  std::filesystem::copy(kAdapters / "wide", big.path);
+  json config = json::parse(std::ifstream(big.path / "adapter_config.json"));
+  std::tie(status, body) =
+      worker.answer("/v1/load_lora_adapter", {{"lora_name", "b"}, {"lora_path", wide}});
+  BOOST_TEST(status == 200);  // rank 8: within --max-lora-rank 8
+  worker.answer("/v1/unload_lora_adapter", {{"lora_name", "b"}});
+  config["r"] = 16;
+  std::ofstream(big.path / "adapter_config.json") << config.dump();
+  std::tie(status, body) = worker.answer("/v1/load_lora_adapter",
+                                         {{"lora_name", "big"}, {"lora_path", big.path.string()}});
+  BOOST_TEST(status == 400);
+  BOOST_TEST(error_message(body).find("LoRA rank 16 is greater than max_lora_rank 8.") !=
+             std::string::npos);
+  BOOST_TEST(worker.greedy("a", 8) == greedy_of(golden["adapters"]["narrow"]),
+             boost::test_tools::per_element());
+
+  // The same over ZeroMQ, by the control-method table's names.
+  trainer_sdk::RpcClient client(worker.process->endpoint(), 30s);
+  const json loaded = client.call("load_lora_adapter", {{"lora_name", "z"}, {"lora_path", wide}});
+  BOOST_TEST(loaded["text"] == "Success: LoRA adapter 'z' added successfully.");
+  BOOST_TEST(client.call("models", json::object())["data"].size() == 3u);
+  auto [code, message] = testing::rpc_error(client, "unload_lora_adapter", {{"lora_name", "q"}});
+  BOOST_TEST(code == protocol::kInvalidParamsCode);
+  BOOST_TEST(message == "The lora adapter 'q' cannot be found.");
+}
+
+BOOST_AUTO_TEST_CASE(lora_modules_without_enable_lora_stop_the_worker_with_a_reason) {
+  BOOST_CHECK_EXCEPTION(Worker({"--lora-modules", "a=" + (kAdapters / "wide").string()}),
+                        std::runtime_error, [](const std::runtime_error& e) {
+                          return std::string(e.what()).find(
+                                     "LoRA is not enabled. Use --enable-lora") != std::string::npos;
+                        });
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,112 @@
+#include "worker/serving/lora_registry.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "protocol/bounded_json.hpp"
+#include "protocol/errors.hpp"
+#include "protocol/json_fields.hpp"
+#include "worker/serving/model_not_found_error.hpp"
+
+namespace hotswap::worker {
+
+LoraModule LoraModule::parse(std::string_view text) {
+  const std::string quoted = "--lora-modules entry '" + std::string(text) + "'";
+  LoraModule module;
+  if (text.starts_with("{")) {
+    auto parsed = protocol::parse_bounded_json(text);
+    if (!parsed.ok()) throw protocol::ValueError(quoted + ": " + parsed.reason);
+    const auto& json = parsed.value;
+    if (!json.is_object() || !json.contains("name") || !json["name"].is_string() ||
+        !json.contains("path") || !json["path"].is_string()) {
+      throw protocol::ValueError(quoted + ": the JSON form needs \"name\" and \"path\" (strings)");
+    }
+    module.name = json["name"].get<std::string>();
+    module.path = json["path"].get<std::string>();
+    if (auto base = json.find("base_model_name"); base != json.end() && base->is_string())
+      module.base_model_name = base->get<std::string>();
+  } else {
+    const auto eq = text.find('=');
+    if (eq == std::string_view::npos) {
+      throw protocol::ValueError(quoted + ": expected name=path or a JSON object");
+    }
+    module.name = std::string(text.substr(0, eq));
+    module.path = std::string(text.substr(eq + 1));
+  }
+  if (module.name.empty() || module.path.empty()) {
+    throw protocol::ValueError(quoted + ": both the name and the path must be given");
+  }
+  return module;
+}
+
+LoraRegistry::LoraRegistry(const model_loader::ServableModel& model, LoraLimits limits)
+    : model_(model), limits_(limits) {}
+
+void LoraRegistry::load(const LoraModule& module, bool in_place) {
+  if (!limits_.enabled) {
+    throw protocol::ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.");
+  }
+  if (module.name.empty() || module.path.empty()) {
+    throw protocol::ValueError("Both 'lora_name' and 'lora_path' must be provided.");
+  }
+  auto taken = [&] {
+    return protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
+  };
+  auto full = [&](std::size_t loaded) { return loaded >= limits_.max_loras; };
+  {
+    std::lock_guard lock(mutex_);
+    const bool held = adapters_.contains(module.name);
+    if (held && !in_place) throw taken();
+    if (!held && full(adapters_.size())) {
+      throw protocol::ValueError(std::to_string(adapters_.size()) +
+                                 " LoRA adapters are loaded, as many as --max-loras " +
+                                 std::to_string(limits_.max_loras) + " allows: unload one first");
+    }
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(module.path, ec)) {
+    throw ModelNotFoundError("No adapter found for " + module.path);
+  }
+  // Read outside the lock: requests keep finding the adapters already served meanwhile.
+  auto adapter = model_.load_lora_adapter(module.path, limits_.max_lora_rank);
+  std::lock_guard lock(mutex_);
+  if (auto it = adapters_.find(module.name); it != adapters_.end()) {
+    if (!in_place) throw taken();  // a concurrent load of the same name
+    // Sequences running on the old adapter finish on it; every later request gets this one.
+    it->second.path = module.path;
+    it->second.adapter = std::move(adapter);
+    return;
+  }
+  if (full(adapters_.size())) {
+    throw protocol::ValueError("--max-loras " + std::to_string(limits_.max_loras) +
+                               " adapters were loaded meanwhile: unload one first");
+  }
+  adapters_.emplace(module.name, Entry{module.name, module.path, next_id_++, module.base_model_name,
+                                       std::move(adapter)});
+}
+
+void LoraRegistry::unload(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  auto it = adapters_.find(name);
+  if (it == adapters_.end()) {
+    throw ModelNotFoundError("The lora adapter '" + std::string(name) + "' cannot be found.");
+  }
+  adapters_.erase(it);
+}
+
+std::shared_ptr<const model_loader::LoraAdapter> LoraRegistry::find(std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  auto it = adapters_.find(name);
+  return it == adapters_.end() ? nullptr : it->second.adapter;
+}
+
+std::vector<LoraRegistry::Entry> LoraRegistry::list() const {
+  std::lock_guard lock(mutex_);
+  std::vector<Entry> out;
+  for (const auto& [name, entry] : adapters_)
+    out.push_back(entry);
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  return out;
+}
+
+}  // namespace hotswap::worker

@@ -1,0 +1,75 @@
+// LoraRegistry: the LoRA adapters a worker serves, by name, with vLLM's interface: --lora-modules
+// at start-up, /v1/load_lora_adapter and /v1/unload_lora_adapter after (vLLM's rules and
+// messages), at most --max-loras of them, each of rank up to --max-lora-rank. A request names
+// one by its `model`. A sequence holds its adapter for as long as it runs: an adapter unloaded
+// meanwhile finishes the sequences that use it, and is gone for every later request.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model_loader/lora/lora_config.hpp"
+#include "model_loader/servable_model.hpp"
+
+namespace hotswap::worker {
+
+struct LoraLimits {
+  bool enabled = false;                                            // --enable-lora
+  std::size_t max_loras = 1;                                       // --max-loras
+  std::int64_t max_lora_rank = model_loader::kDefaultMaxLoraRank;  // --max-lora-rank
+};
+
+// One --lora-modules entry: `name=path`, or vLLM's JSON form
+// {"name": ..., "path": ..., "base_model_name": ...}.
+struct LoraModule {
+  std::string name;
+  std::string path;
+  std::optional<std::string> base_model_name;
+
+  // A ValueError naming what is wrong with `text`.
+  static LoraModule parse(std::string_view text);
+};
+
+class LoraRegistry {
+ public:
+  struct Entry {
+    std::string name;
+    std::string path;
+    std::int64_t id = 0;  // vLLM's lora_int_id: 1, 2, ... in the order adapters were loaded
+    std::optional<std::string> base_model_name;
+    std::shared_ptr<const model_loader::LoraAdapter> adapter;
+  };
+
+  // `model` must outlive the registry.
+  LoraRegistry(const model_loader::ServableModel& model, LoraLimits limits);
+
+  const LoraLimits& limits() const { return limits_; }
+
+  // Reads the adapter at `path` and serves it as `name`. ValueError (vLLM's 400): LoRA not
+  // enabled, a name or path missing, a name already loaded, --max-loras reached, or an adapter
+  // the model cannot take (its reason). NotFound (404): nothing at `path`. `in_place` (vLLM's
+  // load_inplace): a name already loaded is served from the new adapter on, under its id.
+  void load(const LoraModule& module, bool in_place = false);
+  // ModelNotFoundError (vLLM's 404) for a name that is not loaded.
+  void unload(std::string_view name);
+
+  // The adapter served as `name`, or null.
+  std::shared_ptr<const model_loader::LoraAdapter> find(std::string_view name) const;
+  // Every adapter served, by id.
+  std::vector<Entry> list() const;
+
+ private:
+  const model_loader::ServableModel& model_;
+  LoraLimits limits_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry, std::less<>> adapters_;
+  std::int64_t next_id_ = 1;
+};
+
+}  // namespace hotswap::worker
