@@ -187,6 +187,23 @@ inline model_loader::ModelConfig llama_of_size(double gigabytes) {
   return model_loader::ModelConfig::from_json(c.to_json());
 }
 
+// The decode benches' model: a bfloat16 Llama 1024 wide, 8 layers, vocabulary 32000 (about
+// 0.33 GB), large enough that a step's matmuls, not its bookkeeping, set its speed.
+inline model_loader::ModelConfig bench_llama() {
+  model_loader::ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.hidden_size = 1024;
+  c.intermediate_size = 2816;
+  c.num_hidden_layers = 8;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  c.vocab_size = 32000;
+  c.max_position_embeddings = 4096;
+  c.torch_dtype = protocol::DType::kBFloat16;
+  return model_loader::ModelConfig::from_json(c.to_json());
+}
+
 // A small float32 Qwen2 (4 layers, 256 wide, the qwen2 golden tokenizer's 512 ids, about 5 MB),
 // so that serving benches on a 2-core machine give figures in seconds.
 inline model_loader::ModelConfig small_qwen2() {

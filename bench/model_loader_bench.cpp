@@ -23,7 +23,6 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
-#include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
@@ -82,18 +81,7 @@ int main(int argc, char** argv) {
       dir = arg;
     }
   }
-  model_loader::ModelConfig c;
-  c.architecture = model_loader::architectures::kLlama;
-  c.hidden_size = 1024;
-  c.intermediate_size = 2816;
-  c.num_hidden_layers = 8;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  c.vocab_size = 32000;
-  c.max_position_embeddings = 4096;
-  c.torch_dtype = protocol::DType::kBFloat16;
-  c = model_loader::ModelConfig::from_json(c.to_json());
+  const model_loader::ModelConfig c = bench::bench_llama();
 
   auto start = Clock::now();
   model_loader::SyntheticCheckpointOptions synthetic;

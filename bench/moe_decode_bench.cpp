@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "bench/decode_steps.hpp"
 #include "model_loader/architecture_registry.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
@@ -29,8 +30,6 @@ using bench::Clock;
 using bench::since;
 
 namespace {
-
-constexpr std::int64_t kPromptTokens = 16;
 
 // A small MoE in the shape of the real ones (many narrow experts, a few per token).
 model_loader::ModelConfig moe_config(const std::string& model_type) {
@@ -53,27 +52,6 @@ model_loader::ModelConfig moe_config(const std::string& model_type) {
       {"torch_dtype", "bfloat16"},
   };
   return model_loader::ModelConfig::from_json(json);
-}
-
-// tokens/s of `steps` greedy decode steps after the prefill, batch `batch`.
-double hotswap_decode(const model_loader::ServableModel& model, int batch, int steps) {
-  model_loader::SamplingParams params;
-  params.temperature = 0;
-  params.max_tokens = steps + 1;
-  std::vector<std::int64_t> prompt(kPromptTokens);
-  for (std::int64_t i = 0; i < kPromptTokens; ++i)
-    prompt[i] = i * 7 % model.config().vocab_size;
-  std::vector<model_loader::Sequence> sequences;
-  for (int b = 0; b < batch; ++b)
-    sequences.emplace_back(prompt, params);
-  std::vector<model_loader::Sequence*> pointers;
-  for (auto& s : sequences)
-    pointers.push_back(&s);
-  model_loader::step(model, pointers);  // prefill, untimed
-  auto start = Clock::now();
-  for (int i = 0; i < steps; ++i)
-    model_loader::step(model, pointers);
-  return batch * steps / since(start);
 }
 
 }  // namespace
@@ -104,13 +82,13 @@ int main(int argc, char** argv) {
   if (python == nullptr) bench::say_peer_skipped();
 
   for (int batch : {1, 8}) {
-    hotswap_decode(*model, batch, 4);  // warm-up
+    bench::decode_tokens_per_second(*model, batch, 4);  // warm-up
     std::vector<double> ours, peer;
     for (int r = 0; r < reps; ++r) {  // interleaved: both see the same machine weather
-      ours.push_back(hotswap_decode(*model, batch, steps));
+      ours.push_back(bench::decode_tokens_per_second(*model, batch, steps));
       if (python != nullptr) {
-        if (auto t =
-                bench::peer_decode(HOTSWAP_BENCH_DIR, dir, batch, kPromptTokens, steps, threads)) {
+        if (auto t = bench::peer_decode(HOTSWAP_BENCH_DIR, dir, batch, bench::kDecodePromptTokens,
+                                        steps, threads)) {
           peer.push_back(*t);
         }
       }

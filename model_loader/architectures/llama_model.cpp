@@ -135,13 +135,16 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param,
 
 // The bias joins the float32 product before the one rounding to x's dtype, as one fused
 // addmm (transformers' F.linear) computes it, rather than after it.
+// The base layer's output rounded as without an adapter, then the LoRA update added in float32
+// and rounded again: PEFT's order (its base layer's result plus lora_B(lora_A(x)) · scaling), and
+// the base layer keeps its fastest kernel (a float32 product of a bfloat16 model takes another).
 at::Tensor LlamaModel::linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias,
                                         const LoraBatch& lora) const {
-  if (bias == kNone && lora.empty()) return linear(x, param);
-  at::Tensor y = linear(x, param, at::kFloat);
+  at::Tensor y = bias == kNone ? linear(x, param)
+                               : (linear(x, param, at::kFloat) + store()[bias].value.to(at::kFloat))
+                                     .to(x.scalar_type());
   lora.add_updates(y, x, param);
-  if (bias != kNone) y = y + store()[bias].value.to(at::kFloat);
-  return y.to(x.scalar_type());
+  return y;
 }
 
 at::Tensor LlamaModel::row_parallel(const at::Tensor& x, std::size_t param, std::size_t bias,

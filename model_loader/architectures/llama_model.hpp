@@ -35,7 +35,7 @@ class LlamaModel final : public ServableRuntime {
   // x Wᵀ in x's dtype, or in `out` (the logits: float32, never rounded to bfloat16 first).
   at::Tensor linear(const at::Tensor& x, std::size_t param,
                     std::optional<c10::ScalarType> out = std::nullopt) const;
-  // linear(x, param) + the step's LoRA updates + bias (kNone: none), rounded once.
+  // linear(x, param) + bias (kNone: none), rounded once; then the step's LoRA updates.
   at::Tensor linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias,
                               const LoraBatch& lora) const;
   // A row-parallel layer (o_proj, down_proj): each rank's partial product in float32 with its

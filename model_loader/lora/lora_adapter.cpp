@@ -38,7 +38,9 @@ struct Projection {
 
 // The module a PEFT tensor name belongs to, and whether it is its A (else its B). What PEFT
 // writes for what is not served (embeddings, DoRA's magnitudes, biases) is refused by name.
-std::pair<std::string, bool> module_of(std::string_view name) {
+std::pair<std::string, bool> module_of(std::string_view given) {
+  const std::string saved = LoraAdapter::saved_name(given);  // a live PEFT model's names too
+  const std::string_view name = saved;
   std::string_view rest = name;
   if (rest.starts_with(kPeftPrefix)) rest.remove_prefix(kPeftPrefix.size());
   for (auto [suffix, is_a] : {std::pair{kA, true}, std::pair{kB, false}}) {
@@ -59,6 +61,53 @@ std::pair<std::string, bool> module_of(std::string_view name) {
 }
 
 }  // namespace
+
+const CheckpointSlot& LoraAdapter::check_tensor(const LoraConfig& config, const std::string& name,
+                                                c10::IntArrayRef shape, bool floating,
+                                                const WeightMapping& mapping) {
+  const auto [module, is_a] = module_of(name);
+  const std::string quoted = "`" + name + "`";
+  const CheckpointSlot* slot = mapping.find(module + ".weight");
+  if (slot == nullptr) {
+    throw protocol::ValueError(quoted + ": the base model has no module `" + module + "`");
+  }
+  if (mapping.runtime_params()[slot->param].shape.size() != 2) {
+    throw protocol::ValueError(quoted + ": `" + module +
+                               "` is an expert of a mixture of experts, and expert LoRA is "
+                               "not served");
+  }
+  const std::string_view leaf = std::string_view(module).substr(module.rfind('.') + 1);
+  if (std::find(kProjections.begin(), kProjections.end(), leaf) == kProjections.end()) {
+    throw protocol::ValueError(quoted + ": `" + module +
+                               "` is not adapted (LoRA is served on the q/k/v/o and "
+                               "gate/up/down projections)");
+  }
+  // PEFT's shapes for a linear layer of weight [out, in] at rank r: A [r, in], B [out, r].
+  const std::int64_t out = slot->shape[0], in = slot->shape[1], r = config.rank;
+  const std::vector<std::int64_t> wanted = is_a ? std::vector{r, in} : std::vector{out, r};
+  if (shape != c10::IntArrayRef(wanted)) {
+    throw protocol::ValueError(quoted + " has shape " + shape_text(shape) + "; the base model's `" +
+                               module + "` " + shape_text(slot->shape) + " at rank " +
+                               std::to_string(r) + " needs " + shape_text(wanted));
+  }
+  if (!floating) throw protocol::ValueError(quoted + " is not a floating-point tensor");
+  return *slot;
+}
+
+std::string LoraAdapter::saved_name(std::string_view name) {
+  // A live PEFT model names its tensors `<module>.lora_A.<adapter>.weight`; its saved state
+  // dict, `<module>.lora_A.weight`.
+  for (std::string_view kind : {".lora_A.", ".lora_B."}) {
+    const auto at = name.rfind(kind);
+    if (at == std::string_view::npos) continue;
+    const std::string_view rest = name.substr(at + kind.size());
+    const auto dot = rest.find('.');
+    if (dot != std::string_view::npos && rest.substr(dot) == ".weight" && rest != "weight") {
+      return std::string(name.substr(0, at + kind.size())) + "weight";
+    }
+  }
+  return std::string(name);
+}
 
 std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::filesystem::path& directory,
                                                      const WeightMapping& mapping,
@@ -86,36 +135,15 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& c
                                                              c10::Device device) {
   std::map<std::string, Projection> projections;
   for (const auto& [name, tensor] : tensors) {
-    auto [module, is_a] = module_of(name);
-    const std::string quoted = "`" + name + "`";
-    const CheckpointSlot* slot = mapping.find(module + ".weight");
-    if (slot == nullptr) {
-      throw protocol::ValueError(quoted + ": the base model has no module `" + module + "`");
-    }
-    if (mapping.runtime_params()[slot->param].shape.size() != 2) {
-      throw protocol::ValueError(quoted + ": `" + module +
-                                 "` is an expert of a mixture of experts, and expert LoRA is "
-                                 "not served");
-    }
-    const std::string_view leaf = std::string_view(module).substr(module.rfind('.') + 1);
-    if (std::find(kProjections.begin(), kProjections.end(), leaf) == kProjections.end()) {
-      throw protocol::ValueError(quoted + ": `" + module +
-                                 "` is not adapted (LoRA is served on the q/k/v/o and "
-                                 "gate/up/down projections)");
-    }
-    // PEFT's shapes for a linear layer of weight [out, in] at rank r: A [r, in], B [out, r].
-    const std::int64_t out = slot->shape[0], in = slot->shape[1], r = config.rank;
-    const std::vector<std::int64_t> wanted = is_a ? std::vector{r, in} : std::vector{out, r};
-    if (tensor.sizes() != c10::IntArrayRef(wanted)) {
-      throw protocol::ValueError(quoted + " has shape " + shape_text(tensor.sizes()) +
-                                 "; the base model's `" + module + "` " + shape_text(slot->shape) +
-                                 " at rank " + std::to_string(r) + " needs " + shape_text(wanted));
-    }
-    if (!tensor.is_floating_point()) {
-      throw protocol::ValueError(quoted + " is not a floating-point tensor");
-    }
+    const CheckpointSlot& slot =
+        check_tensor(config, name, tensor.sizes(), tensor.is_floating_point(), mapping);
+    const auto [module, is_a] = module_of(name);
     Projection& p = projections[module];
-    p.slot = slot;
+    if ((is_a ? p.a : p.b).defined()) {
+      throw protocol::ValueError("`" + name + "` is given twice (as `" +
+                                 (is_a ? p.a_name : p.b_name) + "` too)");
+    }
+    p.slot = &slot;
     (is_a ? p.a : p.b) = tensor;
     (is_a ? p.a_name : p.b_name) = name;
   }
@@ -132,6 +160,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& c
   }
   std::shared_ptr<LoraAdapter> adapter(new LoraAdapter);
   adapter->config_ = config;
+  for (const auto& named : tensors)
+    adapter->tensor_names_.insert(saved_name(named.first));
   adapter->pairs_.resize(mapping.runtime_params().size());
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   const double scaling = config.scaling();
@@ -154,7 +184,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& c
           .narrow(1, static_cast<std::int64_t>(i) * r, r)
           .copy_(kept_b.to(at::kFloat) * scaling);
     }
-    adapter->pairs_[param] = LoraPair{at::cat(as, 0).contiguous(), b};
+    adapter->pairs_[param] = LoraPair{at::cat(as, 0).t().contiguous(), b.t().contiguous()};
     adapter->adapted_modules_ += parts.size();
   }
   return adapter;
@@ -168,7 +198,7 @@ const LoraPair* LoraAdapter::pair(std::size_t param) const {
 std::uint64_t LoraAdapter::nbytes() const {
   std::uint64_t bytes = 0;
   for (const auto& p : pairs_) {
-    if (p) bytes += p->a.nbytes() + p->b.nbytes();
+    if (p) bytes += p->a_t.nbytes() + p->b_t.nbytes();
   }
   return bytes;
 }

@@ -23,7 +23,9 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,9 +34,11 @@
 
 namespace hotswap::model_loader {
 
+// Held transposed and contiguous, as the update multiplies by them: x [rows, in] · a_t, then
+// · b_t (a decode step adds a few small products per adapter and layer, each op counts).
 struct LoraPair {
-  at::Tensor a;  // [R, in] float32
-  at::Tensor b;  // [out, R] float32, scaled
+  at::Tensor a_t;  // Aᵀ [in, R] float32
+  at::Tensor b_t;  // Bᵀ [R, out] float32, scaled
 };
 
 class LoraAdapter {
@@ -56,11 +60,24 @@ class LoraAdapter {
                                                          const WeightMapping& mapping,
                                                          c10::Device device);
 
+  // Checks one tensor as from_tensors checks each (a module the model has and adapts, A or B,
+  // its shape at `config`'s rank), building nothing: a receive refuses a bad tensor as it
+  // arrives. The slot of the projection it adapts.
+  static const CheckpointSlot& check_tensor(const LoraConfig& config, const std::string& name,
+                                            c10::IntArrayRef shape, bool floating,
+                                            const WeightMapping& mapping);
+  // The name PEFT saves a tensor under, from the one a live PEFT model gives it: the adapter's
+  // name dropped (`...q_proj.lora_A.default.weight` → `...q_proj.lora_A.weight`); other names as
+  // they are.
+  static std::string saved_name(std::string_view name);
+
   const LoraConfig& config() const { return config_; }
   // The pair of runtime parameter `param`, or nullptr where the adapter leaves it alone.
   const LoraPair* pair(std::size_t param) const;
   // How many of the model's projections it adapts (checkpoint slots with an A and a B).
   std::size_t adapted_modules() const { return adapted_modules_; }
+  // The saved names of the tensors it was made of (what a round replacing it must bring).
+  const std::set<std::string>& tensor_names() const { return tensor_names_; }
   // Bytes its pairs take on the device.
   std::uint64_t nbytes() const;
 
@@ -70,6 +87,7 @@ class LoraAdapter {
   LoraConfig config_;
   std::vector<std::optional<LoraPair>> pairs_;  // by runtime parameter
   std::size_t adapted_modules_ = 0;
+  std::set<std::string> tensor_names_;
 };
 
 }  // namespace hotswap::model_loader

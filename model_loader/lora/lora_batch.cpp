@@ -1,6 +1,6 @@
 #include "model_loader/lora/lora_batch.hpp"
 
-#include <ATen/ops/matmul.h>
+#include <ATen/ops/mm.h>
 #include <ATen/ops/tensor.h>
 
 #include <algorithm>
@@ -44,16 +44,15 @@ void LoraBatch::add_updates(at::Tensor& y, const at::Tensor& x, std::size_t para
   }
   const auto dtype = y.scalar_type();
   at::Tensor sum = dtype == at::kFloat ? y : y.to(at::kFloat);
+  const at::Tensor x32 = x.to(at::kFloat);  // once, not once per group
   for (const Group& g : groups_) {
     const LoraPair* pair = g.adapter->pair(param);
     if (pair == nullptr) continue;
-    const at::Tensor in = (g.rows.defined() ? x.index_select(0, g.rows) : x).to(at::kFloat);
-    const at::Tensor update = at::matmul(at::matmul(in, pair->a.t()), pair->b.t());
-    if (g.rows.defined()) {
-      sum.index_add_(0, g.rows, update);
-    } else {
-      sum.add_(update);
+    if (!g.rows.defined()) {
+      sum.addmm_(at::mm(x32, pair->a_t), pair->b_t);  // the whole step: one fused add
+      continue;
     }
+    sum.index_add_(0, g.rows, at::mm(at::mm(x32.index_select(0, g.rows), pair->a_t), pair->b_t));
   }
   if (dtype != at::kFloat) y = sum.to(dtype);
 }

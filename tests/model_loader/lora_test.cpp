@@ -9,6 +9,7 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,8 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/lora/lora_adapter.hpp"
+#include "model_loader/lora/lora_staging.hpp"
+#include "model_loader/safetensors_file.hpp"
 #include "model_loader/safetensors_writer.hpp"
 #include "model_test_support.hpp"
 #include "protocol/errors.hpp"
@@ -260,6 +264,56 @@ BOOST_AUTO_TEST_CASE(adapters_the_model_cannot_take_are_refused_by_name) {
   }
   testing::TempDir empty;
   BOOST_TEST(contains(refusal(*model, empty.path), "adapter_config.json"));
+}
+
+// An adapter moved through a receive engine's surface (LoadableModel) rather than read from disk,
+// under the names a live PEFT model gives its tensors: checked as it arrives, served only once
+// the round has brought every tensor of the adapter it replaces.
+BOOST_AUTO_TEST_CASE(an_adapter_received_through_the_loadable_model_surface_commits_whole) {
+  const std::string fixture = "llama_f32";
+  auto model = model_loader::load_model(kGolden / "model_loader" / fixture);
+  const auto dir = kGolden / "lora" / fixture / "wide";
+  auto from_disk = model->load_lora_adapter(dir, 16);
+  const auto mapping = model_loader::llama_weight_mapping(model->config());
+  auto file = model_loader::SafetensorsFile::open((dir / "adapter_model.safetensors").string());
+  std::vector<model_loader::NamedTensor> first, second;
+  for (const auto& info : file->tensors()) {
+    std::string live = info.name;
+    live.insert(live.rfind(".weight"), ".default");  // `...lora_A.default.weight`
+    (first.size() <= second.size() ? first : second).emplace_back(live, file->tensor(info));
+  }
+  std::shared_ptr<const LoraAdapter> committed;
+  model_loader::LoraStaging staging(
+      mapping, model->device(), model_loader::LoraConfig::load(dir, 16), from_disk->tensor_names(),
+      [&](std::shared_ptr<const LoraAdapter> adapter) { committed = std::move(adapter); });
+  staging.start_reload();
+  staging.load_weights(first);
+  // A tensor the adapter cannot hold is refused with its batch, which stages nothing.
+  const auto before = staging.staged();
+  BOOST_CHECK_THROW(
+      staging.load_weights(
+          {second.front(), {"base_model.model.lm_head.lora_A.weight", at::zeros({8, 64})}}),
+      protocol::ValueError);
+  BOOST_TEST(staging.staged() == before);
+  // Half an adapter is not served.
+  try {
+    staging.finish_reload();
+    BOOST_FAIL("a round with half the adapter committed");
+  } catch (const protocol::ValueError& e) {
+    BOOST_TEST(contains(e.what(), "tensors; missing `"), e.what());
+  }
+  BOOST_TEST(!committed);
+  staging.load_weights(second);
+  staging.finish_reload();
+  BOOST_REQUIRE(committed);
+  const auto prompt = golden_of(fixture)["prompt"].get<std::vector<std::int64_t>>();
+  BOOST_TEST(max_abs_diff(logits_with(*model, prompt, committed.get()),
+                          logits_with(*model, prompt, from_disk.get())) == 0.0);
+  // An aborted round drops what it staged.
+  staging.start_reload();
+  staging.load_weights(first);
+  staging.abort_reload();
+  BOOST_TEST(staging.staged() == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(expert_lora_is_refused_by_name) {

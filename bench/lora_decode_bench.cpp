@@ -1,0 +1,127 @@
+// Decode speed with LoRA adapters in the batch against the base model alone, in one run: a batch
+// of 8 sequences decoding greedily after their prefill, with no adapter, every sequence on one
+// adapter, 4 adapters (2 sequences each) and 8 (one each). Adapters are rank 16 on the q/k/v/o
+// and gate/up/down projections of every layer, written in PEFT's format and loaded as a worker
+// loads them. The four take turns, --reps times each; figures are medians with their range, and
+// each adapted figure's ratio to the base model's of the same repetition.
+//
+//   hotswap_lora_decode_bench [--reps 5] [--steps 32] [--dir DIR] [--json]
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/randn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_support.hpp"
+#include "bench/decode_steps.hpp"
+#include "model_loader/lora/lora_adapter.hpp"
+#include "model_loader/safetensors_writer.hpp"
+#include "model_loader/servable_model.hpp"
+#include "model_loader/synthetic_checkpoint.hpp"
+
+using namespace hotswap;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kRank = 16;
+constexpr int kBatch = 8;
+
+// A random rank-16 adapter of every projection, in PEFT's format, in `dir`.
+void write_adapter(const fs::path& dir, const model_loader::ModelConfig& c, std::uint64_t seed) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "adapter_config.json")
+      << nlohmann::json(
+             {{"peft_type", "LORA"},
+              {"r", kRank},
+              {"lora_alpha", 2 * kRank},
+              {"target_modules",
+               {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}})
+             .dump();
+  at::manual_seed(seed);
+  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                     kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
+  const std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> shapes = {
+      {"self_attn.q_proj", q, h}, {"self_attn.k_proj", kv, h}, {"self_attn.v_proj", kv, h},
+      {"self_attn.o_proj", h, q}, {"mlp.gate_proj", i, h},     {"mlp.up_proj", i, h},
+      {"mlp.down_proj", h, i}};
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const auto& [module, out, in] : shapes) {
+      const std::string name = "base_model.model.model.layers." + std::to_string(l) + "." + module;
+      tensors.emplace_back(name + ".lora_A.weight", at::randn({kRank, in}) * 0.01);
+      tensors.emplace_back(name + ".lora_B.weight", at::randn({out, kRank}) * 0.01);
+    }
+  }
+  model_loader::save_safetensors((dir / "adapter_model.safetensors").string(), tensors);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5, steps = 32;
+  fs::path dir = fs::temp_directory_path() / "hotswap-lora-decode-bench";
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--json") {
+      bench::json_only() = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    if (flag == "--reps") reps = std::max(1, std::atoi(argv[++i]));
+    if (flag == "--steps") steps = std::max(1, std::atoi(argv[++i]));
+    if (flag == "--dir") dir = argv[++i];
+  }
+  const auto config = bench::bench_llama();
+  fs::remove_all(dir);
+  model_loader::SyntheticCheckpointOptions synthetic;
+  synthetic.seed = 1;
+  const std::uint64_t bytes =
+      model_loader::write_synthetic_checkpoint(dir / "model", config, synthetic);
+  auto model = model_loader::load_model(dir / "model");
+  std::vector<std::shared_ptr<const model_loader::LoraAdapter>> adapters;
+  for (int a = 0; a < 8; ++a) {
+    const fs::path path = dir / ("adapter" + std::to_string(a));
+    write_adapter(path, config, 100 + static_cast<std::uint64_t>(a));
+    adapters.push_back(model->load_lora_adapter(path, kRank));
+  }
+  if (!bench::json_only()) {
+    std::printf(
+        "model: %s, %.0f MB bf16, %lld layers; adapters rank %lld on 7 projections, "
+        "%.1f MB each; batch %d, %d decode steps\n",
+        config.architecture_name().c_str(), bytes / 1e6,
+        static_cast<long long>(config.num_hidden_layers), static_cast<long long>(kRank),
+        adapters[0]->nbytes() / 1e6, kBatch, steps);
+  }
+  const std::vector<int> counts = {1, 4, 8};
+  bench::decode_tokens_per_second(*model, kBatch, 4);  // warm-up
+  std::vector<double> base;
+  std::vector<std::vector<double>> adapted(counts.size());
+  for (int r = 0; r < reps; ++r) {  // interleaved: every case sees the same machine weather
+    base.push_back(bench::decode_tokens_per_second(*model, kBatch, steps));
+    for (std::size_t c = 0; c < counts.size(); ++c) {
+      const std::vector<std::shared_ptr<const model_loader::LoraAdapter>> in_batch(
+          adapters.begin(), adapters.begin() + counts[c]);
+      adapted[c].push_back(bench::decode_tokens_per_second(*model, kBatch, steps, in_batch));
+    }
+  }
+  bench::report("lora_decode", "decode, base model", bench::spread_of(base).median, "tokens/s",
+                {{"spread", bench::spread_of(base).to_json()}, {"batch", kBatch}});
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    bench::report_against_limit("lora_decode",
+                                "decode, " + std::to_string(counts[c]) + " adapter" +
+                                    (counts[c] > 1 ? "s" : "") + " in the batch",
+                                adapted[c], base, "tokens/s", "ratio_to_base", false,
+                                {{"adapters", counts[c]}, {"batch", kBatch}, {"rank", kRank}});
+  }
+  fs::remove_all(dir);
+  return 0;
+}
