@@ -61,7 +61,6 @@ struct TokenizeParams {
   static TokenizeParams from_json(const nlohmann::json& params);
 };
 
-// `detokenize {tokens}`: vLLM's DetokenizeRequest.
 // vLLM's LoadLoRAAdapterRequest: serve the adapter at `lora_path` as `lora_name`; with
 // `load_inplace`, in place of the adapter already served under that name.
 struct LoadLoraAdapterParams {
@@ -79,6 +78,7 @@ struct UnloadLoraAdapterParams {
   static UnloadLoraAdapterParams from_json(const nlohmann::json& params);
 };
 
+// `detokenize {tokens}`: vLLM's DetokenizeRequest.
 struct DetokenizeParams {
   std::vector<std::int64_t> tokens;
 

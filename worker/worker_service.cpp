@@ -1,6 +1,7 @@
 #include "worker/worker_service.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -33,6 +34,9 @@ bool env_flag(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr) return false;
   std::string text(value);
+  const auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+  text.erase(text.begin(), std::find_if_not(text.begin(), text.end(), space));
+  text.erase(std::find_if_not(text.rbegin(), text.rend(), space).base(), text.end());
   std::transform(text.begin(), text.end(), text.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return text == "1" || text == "true";
@@ -131,15 +135,17 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
       SchedulerLimits{options.max_num_seqs, options.max_num_batched_tokens,
                       options.max_queued_requests},
       &metrics_);
+  const std::string served_name =
+      options.served_model_name.empty() ? options.model : options.served_model_name;
   loras_ = std::make_unique<LoraRegistry>(
-      *model_, LoraLimits{options.enable_lora, options.max_loras, options.max_lora_rank});
+      *model_, LoraLimits{options.enable_lora, options.max_loras, options.max_lora_rank},
+      served_name);
   for (const auto& entry : options.lora_modules)
     loras_->load(LoraModule::parse(entry));
   runtime_lora_updating_ = env_flag("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
   completions_ = std::make_unique<CompletionService>(
-      *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(),
-      options.served_model_name.empty() ? options.model : options.served_model_name, options.model,
-      options.timeout(), loras_.get());
+      *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(), served_name,
+      options.model, options.timeout(), loras_.get());
   checker_ = std::make_unique<WeightChecker>(model_, parallel_);
   bind_handlers();
 }

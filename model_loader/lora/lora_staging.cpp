@@ -36,9 +36,9 @@ void LoraStaging::finish_reload() {
   }
   if (!missing.empty()) {
     throw protocol::ValueError(
-        "the adapter's round brought " + std::to_string(staged_.size()) + " of its " +
-        std::to_string(required_.size()) + " tensors; missing `" + missing.front() + "`" +
-        (missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more" : "") +
+        "the adapter's round brought " + std::to_string(required_.size() - missing.size()) +
+        " of its " + std::to_string(required_.size()) + " tensors; missing `" + missing.front() +
+        "`" + (missing.size() > 1 ? " and " + std::to_string(missing.size() - 1) + " more" : "") +
         " (an adapter is replaced whole)");
   }
   LoraAdapter::NamedTensors tensors(staged_.begin(), staged_.end());

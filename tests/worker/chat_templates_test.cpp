@@ -272,6 +272,10 @@ BOOST_AUTO_TEST_CASE(messages_reach_the_template_as_vllm_hands_them_over) {
   // so is a number.
   BOOST_TEST(error_of(text, calling("[oops"))
                  .starts_with("a tool call's `arguments` in messages[0] are not JSON: "));
+  // A number past double's range is refused as a bad request too (it was a parser exception of
+  // another kind, answered 500).
+  BOOST_TEST(error_of(text, calling("{\"x\": 1e400}"))
+                 .starts_with("a tool call's `arguments` in messages[0] are not JSON: "));
   BOOST_TEST(error_of(text, calling(7)) ==
              "a tool call's `arguments` in messages[0] are neither JSON text nor an object: 7");
   BOOST_TEST(error_of(text, conversation({{{"content", "x"}}})) ==

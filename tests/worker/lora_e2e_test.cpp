@@ -170,6 +170,10 @@ BOOST_AUTO_TEST_CASE(adapters_load_and_unload_at_run_time_with_vllms_replies_and
       worker.answer("/v1/load_lora_adapter", {{"lora_name", "a"}, {"lora_path", narrow}});
   BOOST_TEST(status == 400);
   BOOST_TEST(error_message(body) == "The lora adapter 'a' has already been loaded.");
+  std::tie(status, body) =
+      worker.answer("/v1/load_lora_adapter", {{"lora_name", "tiny"}, {"lora_path", narrow}});
+  BOOST_TEST(status == 400);
+  BOOST_TEST(error_message(body).find("is the served model's name") != std::string::npos);
   std::tie(status, body) = worker.answer("/v1/load_lora_adapter", {{"lora_name", "a"}});
   BOOST_TEST(status == 400);
   BOOST_TEST(error_message(body) == "Both 'lora_name' and 'lora_path' must be provided.");

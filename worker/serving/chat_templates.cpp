@@ -324,7 +324,7 @@ ordered_json conversation_message(const ordered_json& message, std::size_t m, bo
       }
       try {
         *arguments = ordered_json::parse(text);
-      } catch (const ordered_json::parse_error& e) {
+      } catch (const ordered_json::exception& e) {  // a syntax error, or a number out of range
         throw protocol::ValueError(arguments_of + " are not JSON: " + e.what());
       }
     }

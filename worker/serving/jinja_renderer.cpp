@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -458,7 +459,10 @@ Result bounded(const std::string& source, const RenderLimits& limits, std::size_
     }
   } armed{dog};
   dog.arm(deadline);
-  const std::size_t budget = limits.max_memory_bytes + 4 * input_bytes;
+  // Saturating: a limit near SIZE_MAX means "unbounded", never a tiny budget after a wrap.
+  const std::size_t headroom = input_bytes > SIZE_MAX / 8 ? SIZE_MAX : 4 * input_bytes;
+  const std::size_t budget =
+      limits.max_memory_bytes > SIZE_MAX - headroom ? SIZE_MAX : limits.max_memory_bytes + headroom;
   std::optional<std::string> error;
   Result result{};
   try {
@@ -470,9 +474,12 @@ Result bounded(const std::string& source, const RenderLimits& limits, std::size_
     {
       PythonMemoryBudget within(budget);
       out = PyObject_Call((python.*function).ptr(), args.ptr(), nullptr);
-      out_of_memory = out == nullptr && within.exceeded();
+      // A refused allocation fails the render even where Python swallowed the MemoryError: what
+      // it returned may not be what the template renders.
+      out_of_memory = within.exceeded();
     }
     if (out_of_memory) {
+      Py_XDECREF(out);
       PyErr_Clear();
       error = "the chat template needed more than " + std::to_string(budget >> 20) +
               " MiB of memory to render";

@@ -39,8 +39,9 @@ LoraModule LoraModule::parse(std::string_view text) {
   return module;
 }
 
-LoraRegistry::LoraRegistry(const model_loader::ServableModel& model, LoraLimits limits)
-    : model_(model), limits_(limits) {}
+LoraRegistry::LoraRegistry(const model_loader::ServableModel& model, LoraLimits limits,
+                           std::string served_model_name)
+    : model_(model), limits_(limits), served_model_name_(std::move(served_model_name)) {}
 
 void LoraRegistry::load(const LoraModule& module, bool in_place) {
   if (!limits_.enabled) {
@@ -48,6 +49,11 @@ void LoraRegistry::load(const LoraModule& module, bool in_place) {
   }
   if (module.name.empty() || module.path.empty()) {
     throw protocol::ValueError("Both 'lora_name' and 'lora_path' must be provided.");
+  }
+  if (module.name == served_model_name_) {
+    throw protocol::ValueError("'" + module.name +
+                               "' is the served model's name: a LoRA adapter needs a name of "
+                               "its own");
   }
   auto taken = [&] {
     return protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
@@ -74,6 +80,7 @@ void LoraRegistry::load(const LoraModule& module, bool in_place) {
     if (!in_place) throw taken();  // a concurrent load of the same name
     // Sequences running on the old adapter finish on it; every later request gets this one.
     it->second.path = module.path;
+    if (module.base_model_name) it->second.base_model_name = module.base_model_name;
     it->second.adapter = std::move(adapter);
     return;
   }

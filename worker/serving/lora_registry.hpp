@@ -46,8 +46,10 @@ class LoraRegistry {
     std::shared_ptr<const model_loader::LoraAdapter> adapter;
   };
 
-  // `model` must outlive the registry.
-  LoraRegistry(const model_loader::ServableModel& model, LoraLimits limits);
+  // `model` must outlive the registry; `served_model_name` is the name requests give the model
+  // itself, which no adapter may take (a request naming it would never reach the adapter).
+  LoraRegistry(const model_loader::ServableModel& model, LoraLimits limits,
+               std::string served_model_name);
 
   const LoraLimits& limits() const { return limits_; }
 
@@ -67,6 +69,7 @@ class LoraRegistry {
  private:
   const model_loader::ServableModel& model_;
   LoraLimits limits_;
+  std::string served_model_name_;
   mutable std::mutex mutex_;
   std::map<std::string, Entry, std::less<>> adapters_;
   std::int64_t next_id_ = 1;

@@ -25,10 +25,18 @@ std::atomic<pthread_t> budgeted_thread{};
 std::atomic<std::int64_t> ceiling{kUnbounded};
 std::atomic<bool> refused{false};
 
+// Once an allocation was refused, the interpreter unwinds (exception objects, tracebacks): small
+// allocations get this much past the ceiling, so that it never runs out of the few MemoryError
+// objects it keeps and dies (Py_FatalError) rather than failing the render.
+constexpr std::int64_t kUnwindReserve = std::int64_t{8} << 20;
+
 bool admit(std::size_t more) {
   if (!budgeted.load(std::memory_order_acquire)) return true;
   if (!pthread_equal(pthread_self(), budgeted_thread.load(std::memory_order_relaxed))) return true;
-  const std::int64_t limit = ceiling.load(std::memory_order_relaxed);
+  std::int64_t limit = ceiling.load(std::memory_order_relaxed);
+  if (refused.load(std::memory_order_relaxed) && limit < kUnbounded - kUnwindReserve) {
+    limit += kUnwindReserve;
+  }
   if (more <= static_cast<std::size_t>(kUnbounded / 2) &&
       held.load(std::memory_order_relaxed) + static_cast<std::int64_t>(more) <= limit) {
     return true;
