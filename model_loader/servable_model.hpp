@@ -32,6 +32,7 @@ class Communicator;
 namespace hotswap::model_loader {
 
 class LoraAdapter;
+class WeightMapping;
 
 struct ModelOptions {
   std::optional<protocol::DType> dtype;  // runtime dtype; default: the checkpoint's
@@ -119,6 +120,10 @@ class ServableModel : public LoadableModel {
   // A model that takes none (the default) says so with a ValueError.
   virtual std::shared_ptr<const LoraAdapter> load_lora_adapter(
       const std::filesystem::path& directory, std::int64_t max_rank) const;
+  // How its checkpoint's tensors lay onto its runtime parameters, which an adapter received
+  // through a weight update is laid out by (LoraStaging); null for a model that takes no
+  // adapters that way (the default).
+  virtual const WeightMapping* weight_mapping() const { return nullptr; }
 };
 
 // Reads config.json and the safetensors of `directory` and builds the model its

@@ -59,6 +59,7 @@ class ServableRuntime : public ServableModel {
   std::map<std::string, std::string> checkpoint_checksums() const final;
   std::shared_ptr<const LoraAdapter> load_lora_adapter(const std::filesystem::path& directory,
                                                        std::int64_t max_rank) const final;
+  const WeightMapping* weight_mapping() const final { return &mapping_; }
 
  protected:
   // A runtime with uninitialized weights, laid out by `mapping_rule` for this rank of

@@ -55,6 +55,9 @@ void completions(const json& params) {
 void chat_completions(const json& params) {
   ChatCompletionParams::from_json(nlohmann::ordered_json(params));
 }
+void start_weight_update(const json& params) {
+  StartWeightUpdateParams::from_json(params);
+}
 void load_lora_adapter(const json& params) {
   LoadLoraAdapterParams::from_json(params);
 }
@@ -80,7 +83,8 @@ const std::vector<ControlMethod>& control_methods() {
                            init_info),
       weight_transfer_call(kShutdownWeightTransferEngine, "/shutdown_weight_transfer_engine",
                            "shutdown", shutdown_params),
-      weight_transfer_call(kStartWeightUpdate, "/start_weight_update", "start", any_object),
+      weight_transfer_call(kStartWeightUpdate, "/start_weight_update", "start",
+                           start_weight_update),
       weight_transfer_call(kStartDraftWeightUpdate, "/start_draft_weight_update", "start_draft",
                            any_object),
       weight_transfer_call(kUpdateWeights, "/update_weights", "update", update_info),

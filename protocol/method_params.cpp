@@ -393,6 +393,20 @@ TokenizeParams TokenizeParams::from_json(const json& params) {
   return p;
 }
 
+StartWeightUpdateParams StartWeightUpdateParams::from_json(const json& params) {
+  StartWeightUpdateParams p;
+  p.lora_name = string(params, "lora_name");
+  if (p.lora_name && p.lora_name->empty()) throw ValueError("`lora_name` must not be empty");
+  if (auto config = field(params, "lora_config")) {
+    if (!config->is_object()) {
+      throw ValueError("`lora_config` must be an object (PEFT's adapter_config.json fields)");
+    }
+    if (!p.lora_name) throw ValueError("`lora_config` is given without `lora_name`");
+    p.lora_config = *config;
+  }
+  return p;
+}
+
 LoadLoraAdapterParams LoadLoraAdapterParams::from_json(const json& params) {
   LoadLoraAdapterParams p;
   p.lora_name = string(params, "lora_name").value_or("");

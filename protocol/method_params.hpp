@@ -61,6 +61,16 @@ struct TokenizeParams {
   static TokenizeParams from_json(const nlohmann::json& params);
 };
 
+// start_weight_update's body: vLLM's fields are accepted and not read; hotswap's extension
+// `lora_name` makes the round an adapter's (its tensors PEFT's, served under that name at
+// finish), with `lora_config` (PEFT's adapter_config.json fields) for an adapter not yet served.
+struct StartWeightUpdateParams {
+  std::optional<std::string> lora_name;
+  std::optional<nlohmann::json> lora_config;
+
+  static StartWeightUpdateParams from_json(const nlohmann::json& params);
+};
+
 // vLLM's LoadLoRAAdapterRequest: serve the adapter at `lora_path` as `lora_name`; with
 // `load_inplace`, in place of the adapter already served under that name.
 struct LoadLoraAdapterParams {

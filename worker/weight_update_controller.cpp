@@ -49,7 +49,8 @@ void WeightUpdateController::init_weight_transfer_engine(const nlohmann::json& i
                 [&] { e.init_transfer_engine(init_info); });
 }
 
-void WeightUpdateController::start_weight_update() {
+void WeightUpdateController::start_weight_update(
+    std::shared_ptr<model_loader::LoadableModel> target) {
   auto& e = engine();
   {
     std::lock_guard lock(mutex_);
@@ -61,6 +62,15 @@ void WeightUpdateController::start_weight_update() {
     active_ = true;
   }
   try {
+    if (target) {
+      if (peers_) {
+        throw protocol::ValueError(
+            "a LoRA adapter's round is not served with --tensor-parallel-size above 1 yet");
+      }
+      e.set_weight_update_target(std::move(target));
+      std::lock_guard lock(mutex_);
+      adapter_round_ = true;
+    }
     on_every_rank(rank_methods::kStartWeightUpdate, nlohmann::json::object(),
                   [&] { e.start_weight_update(); });
   } catch (...) {
@@ -141,9 +151,12 @@ void WeightUpdateController::finish_weight_update(const std::optional<std::strin
     end_session();
     throw;
   }
+  e.reset_weight_update_target();
   std::lock_guard lock(mutex_);
   active_ = false;
-  if (version) weight_version_ = *version;
+  // An adapter's round leaves the model's weights, and so their version, as they were.
+  if (version && !adapter_round_) weight_version_ = *version;
+  adapter_round_ = false;
 }
 
 void WeightUpdateController::prepare_finish() {
@@ -200,6 +213,7 @@ void WeightUpdateController::abort_weight_update() {
 
 void WeightUpdateController::end_session() {
   engine_->abort_weight_update();
+  engine_->reset_weight_update_target();
   if (peers_) {
     // Best effort: a rank that cannot be reached has failed the whole worker already.
     try {
@@ -209,6 +223,7 @@ void WeightUpdateController::end_session() {
   }
   std::lock_guard lock(mutex_);
   active_ = false;
+  adapter_round_ = false;
 }
 
 }  // namespace hotswap::worker

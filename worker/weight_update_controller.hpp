@@ -41,7 +41,9 @@ class WeightUpdateController {
   ~WeightUpdateController();
 
   void init_weight_transfer_engine(const nlohmann::json& init_info);
-  void start_weight_update();
+  // `target`: what the round loads into instead of the model (a LoRA adapter's staging, for an
+  // adapter round), until the session ends; null: the model.
+  void start_weight_update(std::shared_ptr<model_loader::LoadableModel> target = nullptr);
   // Always a RuntimeError with vLLM's message: the worker serves no draft model (for an engine
   // whose supports_draft_weight_update is false, vLLM's refusal of that engine comes first).
   void start_draft_weight_update();
@@ -83,6 +85,7 @@ class WeightUpdateController {
   receiver::ParallelConfig parallel_;
   mutable std::mutex mutex_;  // guards the fields below, never held across a transfer
   bool active_ = false;
+  bool adapter_round_ = false;  // the session loads a LoRA adapter, not the model (target)
   // vLLM 0.34 labels the weights a worker starts with "default".
   std::optional<std::string> weight_version_ = "default";
   std::shared_ptr<TensorParallelGroup> peers_;

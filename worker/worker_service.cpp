@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <future>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "model_loader/intra_op_team.hpp"
+#include "model_loader/lora/lora_staging.hpp"
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
@@ -43,6 +45,50 @@ bool env_flag(const char* name) {
 }
 
 }  // namespace
+
+std::shared_ptr<model_loader::LoadableModel> WorkerService::adapter_round(const json& params) {
+  const auto request = protocol::StartWeightUpdateParams::from_json(params);
+  if (!request.lora_name) return nullptr;
+  const std::string name = *request.lora_name;
+  if (!loras_->limits().enabled) {
+    throw protocol::ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.");
+  }
+  const model_loader::WeightMapping* mapping = model_->weight_mapping();
+  if (mapping == nullptr) {
+    throw protocol::ValueError(
+        "a LoRA adapter's round is not served with --tensor-parallel-size above 1 yet");
+  }
+  if (name == completions_->model_name()) {
+    throw protocol::ValueError("'" + name +
+                               "' is the served model's name: a LoRA adapter needs a name of "
+                               "its own");
+  }
+  const auto served = loras_->entry(name);
+  model_loader::LoraConfig config;
+  std::set<std::string> required;  // a served adapter is replaced whole, at its config
+  if (request.lora_config) {
+    config =
+        model_loader::LoraConfig::from_json(*request.lora_config, loras_->limits().max_lora_rank);
+  } else if (served) {
+    config = served->adapter->config();
+    required = served->adapter->tensor_names();
+  } else {
+    throw protocol::ValueError("no LoRA adapter '" + name +
+                               "' is served: a round that makes one gives its `lora_config` "
+                               "(PEFT's adapter_config.json fields: r, lora_alpha, ...)");
+  }
+  if (!served && loras_->list().size() >= loras_->limits().max_loras) {
+    throw protocol::ValueError("--max-loras " + std::to_string(loras_->limits().max_loras) +
+                               " adapters are loaded: unload one before a round makes '" + name +
+                               "'");
+  }
+  LoraRegistry* registry = loras_.get();
+  return std::make_shared<model_loader::LoraStaging>(
+      *mapping, model_->device(), std::move(config), std::move(required),
+      [registry, name](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+        registry->commit(name, std::move(adapter), "weight-transfer:" + name);
+      });
+}
 
 void WorkerService::refuse_unless_runtime_lora_updating() const {
   if (!runtime_lora_updating_) {
@@ -226,15 +272,15 @@ void WorkerService::bind_handlers() {
   };
   // Starting a session (either kind). In place, generation must not read weights that are being
   // written: hold it until the session ends.
-  auto start = [this, inplace, release_hold_if_ended](void (WeightUpdateController::*begin)(),
+  auto start = [this, inplace, release_hold_if_ended](std::function<void(Params)> begin,
                                                       const char* message) {
-    return [this, inplace, release_hold_if_ended, begin, message](Params, Gone) -> json {
+    return [this, inplace, release_hold_if_ended, begin, message](Params params, Gone) -> json {
       if (inplace && !update_hold_ && !controller_->session_active()) {
         scheduler_->hold();
         update_hold_ = true;
       }
       try {
-        ((*controller_).*begin)();
+        begin(params);
       } catch (...) {
         release_hold_if_ended();
         throw;
@@ -256,9 +302,11 @@ void WorkerService::bind_handlers() {
          return {{"message", "Weight transfer shut down"}};
        }},
       {m::kStartWeightUpdate,
-       start(&WeightUpdateController::start_weight_update, "Weight update started")},
+       start([this](Params params) { controller_->start_weight_update(adapter_round(params)); },
+             "Weight update started")},
       {m::kStartDraftWeightUpdate,
-       start(&WeightUpdateController::start_draft_weight_update, "Draft weight update started")},
+       start([this](Params) { controller_->start_draft_weight_update(); },
+             "Draft weight update started")},
       {m::kUpdateWeights,
        [this, release_hold_if_ended](Params params, Gone) -> json {
          const json& update_info = protocol::update_info_of(params);

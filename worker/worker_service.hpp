@@ -106,6 +106,10 @@ class WorkerService {
   void bind_handlers();
   // vLLM's guard on the runtime LoRA routes: a ValueError naming the variable unless it is set.
   void refuse_unless_runtime_lora_updating() const;
+  // What start_weight_update's round loads into: the model (null), or, with hotswap's
+  // `lora_name`, a staging of that adapter, served under its name when the round finishes whole
+  // (replacing the adapter served under it, at its config, or a new one of `lora_config`).
+  std::shared_ptr<model_loader::LoadableModel> adapter_round(const nlohmann::json& params);
   nlohmann::json dispatch(const std::string& name, const nlohmann::json& params,
                           const CallerGone& caller_gone);
   // Runs a weight-transfer call under the one-at-a-time lock, named in health while it runs.

@@ -234,6 +234,62 @@ BOOST_AUTO_TEST_CASE(adapters_load_and_unload_at_run_time_with_vllms_replies_and
   BOOST_TEST(message == "The lora adapter 'q' cannot be found.");
 }
 
+// hotswap's extension of the contract: a round that names `lora_name` moves an adapter, not the
+// model, and serves it under that name when it finishes whole (here over the disk plane, the
+// adapter's PEFT files as the round's checkpoint). The model's weights and version stay as they
+// were.
+BOOST_AUTO_TEST_CASE(an_adapter_moves_through_the_four_calls) {
+  const json golden = golden_lora();
+  const json base = json::parse(std::ifstream(kModel / "golden.json"));
+  Worker worker(
+      {"--enable-lora", "--max-loras", "2", "--weight-transfer-config", R"({"backend": "disk"})"});
+  trainer_sdk::RpcClient client(worker.process->endpoint(), 30s);
+  const json narrow_config =
+      json::parse(std::ifstream(kAdapters / "narrow" / "adapter_config.json"));
+  const json wide_config = json::parse(std::ifstream(kAdapters / "wide" / "adapter_config.json"));
+  auto round = [&](const json& start, const std::filesystem::path& adapter) {
+    client.call("start_weight_update", start);
+    client.call("update_weights", {{"update_info", {{"path", adapter.string()}}}});
+    client.call("finish_weight_update", {{"weight_version", "adapter-1"}});
+  };
+  client.call("init_weight_transfer_engine", {{"init_info", json::object()}});
+  // A new adapter from the trainer: its config in the start, no file on the worker's disk named.
+  round({{"lora_name", "policy"}, {"lora_config", narrow_config}}, kAdapters / "narrow");
+  BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["narrow"]),
+             boost::test_tools::per_element());
+  BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+  BOOST_TEST(client.call("weight_info")["weight_version"] == "default");
+  // Replaced whole at a new config; then again at its own (no lora_config).
+  round({{"lora_name", "policy"}, {"lora_config", wide_config}}, kAdapters / "wide");
+  BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["wide"]),
+             boost::test_tools::per_element());
+  round({{"lora_name", "policy"}}, kAdapters / "wide");
+  BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["wide"]),
+             boost::test_tools::per_element());
+
+  // A round at the served adapter's config that brings another adapter's tensors (rank 4 where
+  // it is 8) fails when they arrive; the adapter served stays.
+  client.call("start_weight_update", {{"lora_name", "policy"}});
+  auto [code, message] = testing::rpc_error(
+      client, "update_weights", {{"update_info", {{"path", (kAdapters / "narrow").string()}}}});
+  BOOST_TEST(code == protocol::kInvalidParamsCode);
+  BOOST_TEST(message.find("at rank 8 needs") != std::string::npos, message);
+  BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["wide"]),
+             boost::test_tools::per_element());
+  // A name not served, without its config; the model's own name.
+  std::tie(code, message) = testing::rpc_error(client, "start_weight_update", {{"lora_name", "x"}});
+  BOOST_TEST(message.find("gives its `lora_config`") != std::string::npos, message);
+  std::tie(code, message) = testing::rpc_error(
+      client, "start_weight_update", {{"lora_name", "tiny"}, {"lora_config", wide_config}});
+  BOOST_TEST(message.find("is the served model's name") != std::string::npos, message);
+  // A base-model round still works after adapter rounds, and names its version.
+  client.call("start_weight_update");
+  client.call("update_weights", {{"update_info", {{"path", kModel.string()}}}});
+  client.call("finish_weight_update", {{"weight_version", "step-2"}});
+  BOOST_TEST(client.call("weight_info")["weight_version"] == "step-2");
+  BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(lora_modules_without_enable_lora_stop_the_worker_with_a_reason) {
   BOOST_CHECK_EXCEPTION(Worker({"--lora-modules", "a=" + (kAdapters / "wide").string()}),
                         std::runtime_error, [](const std::runtime_error& e) {

@@ -43,6 +43,34 @@ LoraRegistry::LoraRegistry(const model_loader::ServableModel& model, LoraLimits 
                            std::string served_model_name)
     : model_(model), limits_(limits), served_model_name_(std::move(served_model_name)) {}
 
+void LoraRegistry::check_room(std::size_t loaded) const {
+  if (loaded >= limits_.max_loras) {
+    throw protocol::ValueError(std::to_string(loaded) +
+                               " LoRA adapters are loaded, as many as --max-loras " +
+                               std::to_string(limits_.max_loras) + " allows: unload one first");
+  }
+}
+
+void LoraRegistry::place(LoraModule module,
+                         std::shared_ptr<const model_loader::LoraAdapter> adapter, bool in_place) {
+  std::lock_guard lock(mutex_);
+  if (auto it = adapters_.find(module.name); it != adapters_.end()) {
+    if (!in_place) {
+      throw protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
+    }
+    // Sequences running on the old adapter finish on it; every later request gets this one.
+    it->second.path = std::move(module.path);
+    if (module.base_model_name) it->second.base_model_name = std::move(module.base_model_name);
+    it->second.adapter = std::move(adapter);
+    return;
+  }
+  check_room(adapters_.size());
+  std::string name = module.name;
+  adapters_.emplace(std::move(name),
+                    Entry{std::move(module.name), std::move(module.path), next_id_++,
+                          std::move(module.base_model_name), std::move(adapter)});
+}
+
 void LoraRegistry::load(const LoraModule& module, bool in_place) {
   if (!limits_.enabled) {
     throw protocol::ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.");
@@ -55,19 +83,14 @@ void LoraRegistry::load(const LoraModule& module, bool in_place) {
                                "' is the served model's name: a LoRA adapter needs a name of "
                                "its own");
   }
-  auto taken = [&] {
-    return protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
-  };
-  auto full = [&](std::size_t loaded) { return loaded >= limits_.max_loras; };
   {
+    // Refused before the adapter is read; checked again when it is placed (a concurrent load).
     std::lock_guard lock(mutex_);
     const bool held = adapters_.contains(module.name);
-    if (held && !in_place) throw taken();
-    if (!held && full(adapters_.size())) {
-      throw protocol::ValueError(std::to_string(adapters_.size()) +
-                                 " LoRA adapters are loaded, as many as --max-loras " +
-                                 std::to_string(limits_.max_loras) + " allows: unload one first");
+    if (held && !in_place) {
+      throw protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
     }
+    if (!held) check_room(adapters_.size());
   }
   std::error_code ec;
   if (!std::filesystem::is_directory(module.path, ec)) {
@@ -75,21 +98,20 @@ void LoraRegistry::load(const LoraModule& module, bool in_place) {
   }
   // Read outside the lock: requests keep finding the adapters already served meanwhile.
   auto adapter = model_.load_lora_adapter(module.path, limits_.max_lora_rank);
+  place(module, std::move(adapter), in_place);
+}
+
+void LoraRegistry::commit(const std::string& name,
+                          std::shared_ptr<const model_loader::LoraAdapter> adapter,
+                          const std::string& source) {
+  place({name, source, std::nullopt}, std::move(adapter), /*in_place=*/true);
+}
+
+std::optional<LoraRegistry::Entry> LoraRegistry::entry(std::string_view name) const {
   std::lock_guard lock(mutex_);
-  if (auto it = adapters_.find(module.name); it != adapters_.end()) {
-    if (!in_place) throw taken();  // a concurrent load of the same name
-    // Sequences running on the old adapter finish on it; every later request gets this one.
-    it->second.path = module.path;
-    if (module.base_model_name) it->second.base_model_name = module.base_model_name;
-    it->second.adapter = std::move(adapter);
-    return;
-  }
-  if (full(adapters_.size())) {
-    throw protocol::ValueError("--max-loras " + std::to_string(limits_.max_loras) +
-                               " adapters were loaded meanwhile: unload one first");
-  }
-  adapters_.emplace(module.name, Entry{module.name, module.path, next_id_++, module.base_model_name,
-                                       std::move(adapter)});
+  auto it = adapters_.find(name);
+  if (it == adapters_.end()) return std::nullopt;
+  return it->second;
 }
 
 void LoraRegistry::unload(std::string_view name) {

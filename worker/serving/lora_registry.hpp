@@ -60,6 +60,13 @@ class LoraRegistry {
   void load(const LoraModule& module, bool in_place = false);
   // ModelNotFoundError (vLLM's 404) for a name that is not loaded.
   void unload(std::string_view name);
+  // Serves `adapter` (received through a weight update, say) as `name` from the next request on:
+  // in place of the adapter served under it (its id kept), or as a new one, within --max-loras
+  // (a ValueError past it). `source` is what /v1/models shows as its root.
+  void commit(const std::string& name, std::shared_ptr<const model_loader::LoraAdapter> adapter,
+              const std::string& source);
+  // The adapter served as `name`, with its id and path, or nullopt.
+  std::optional<Entry> entry(std::string_view name) const;
 
   // The adapter served as `name`, or null.
   std::shared_ptr<const model_loader::LoraAdapter> find(std::string_view name) const;
@@ -67,6 +74,13 @@ class LoraRegistry {
   std::vector<Entry> list() const;
 
  private:
+  // A ValueError when `loaded` adapters leave no room for another.
+  void check_room(std::size_t loaded) const;
+  // Serves `adapter` under module.name: a new entry (within --max-loras), or, `in_place`, the
+  // entry already there (else vLLM's "already been loaded").
+  void place(LoraModule module, std::shared_ptr<const model_loader::LoraAdapter> adapter,
+             bool in_place);
+
   const model_loader::ServableModel& model_;
   LoraLimits limits_;
   std::string served_model_name_;

@@ -97,8 +97,15 @@ class HotswapWeightSyncClient:
     def init_weight_transfer_engine(self, init_info):
         self.call("init_weight_transfer_engine", {"init_info": init_info})
 
-    def start_weight_update(self):
-        self.call("start_weight_update")
+    def start_weight_update(self, lora_name=None, lora_config=None):
+        """With `lora_name` (hotswap's extension), the round moves that LoRA adapter instead of
+        the model; `lora_config` (PEFT's adapter_config.json fields) for a new one."""
+        params = {}
+        if lora_name is not None:
+            params["lora_name"] = lora_name
+        if lora_config is not None:
+            params["lora_config"] = lora_config
+        self.call("start_weight_update", params)
 
     def update_weights(self, update_info):
         self.call("update_weights", {"update_info": update_info})
