@@ -63,10 +63,6 @@ void WeightUpdateController::start_weight_update(
   }
   try {
     if (target) {
-      if (peers_) {
-        throw protocol::ValueError(
-            "a LoRA adapter's round is not served with --tensor-parallel-size above 1 yet");
-      }
       e.set_weight_update_target(std::move(target));
       std::lock_guard lock(mutex_);
       adapter_round_ = true;

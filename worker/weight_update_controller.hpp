@@ -42,7 +42,8 @@ class WeightUpdateController {
 
   void init_weight_transfer_engine(const nlohmann::json& init_info);
   // `target`: what the round loads into instead of the model (a LoRA adapter's staging, for an
-  // adapter round), until the session ends; null: the model.
+  // adapter round), until the session ends; null: the model. Rank 0's engine only: the caller
+  // gives one at tp = 1 alone.
   void start_weight_update(std::shared_ptr<model_loader::LoadableModel> target = nullptr);
   // Always a RuntimeError with vLLM's message: the worker serves no draft model (for an engine
   // whose supports_draft_weight_update is false, vLLM's refusal of that engine comes first).

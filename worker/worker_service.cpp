@@ -50,18 +50,11 @@ std::shared_ptr<model_loader::LoadableModel> WorkerService::adapter_round(const 
   const auto request = protocol::StartWeightUpdateParams::from_json(params);
   if (!request.lora_name) return nullptr;
   const std::string name = *request.lora_name;
-  if (!loras_->limits().enabled) {
-    throw protocol::ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.");
-  }
+  loras_->check_load(name, /*in_place=*/true);  // enabled, its own name, room for a new one
   const model_loader::WeightMapping* mapping = model_->weight_mapping();
   if (mapping == nullptr) {
     throw protocol::ValueError(
         "a LoRA adapter's round is not served with --tensor-parallel-size above 1 yet");
-  }
-  if (name == completions_->model_name()) {
-    throw protocol::ValueError("'" + name +
-                               "' is the served model's name: a LoRA adapter needs a name of "
-                               "its own");
   }
   const auto served = loras_->entry(name);
   model_loader::LoraConfig config;
@@ -76,11 +69,6 @@ std::shared_ptr<model_loader::LoadableModel> WorkerService::adapter_round(const 
     throw protocol::ValueError("no LoRA adapter '" + name +
                                "' is served: a round that makes one gives its `lora_config` "
                                "(PEFT's adapter_config.json fields: r, lora_alpha, ...)");
-  }
-  if (!served && loras_->list().size() >= loras_->limits().max_loras) {
-    throw protocol::ValueError("--max-loras " + std::to_string(loras_->limits().max_loras) +
-                               " adapters are loaded: unload one before a round makes '" + name +
-                               "'");
   }
   LoraRegistry* registry = loras_.get();
   return std::make_shared<model_loader::LoraStaging>(

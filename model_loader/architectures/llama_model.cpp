@@ -140,9 +140,12 @@ at::Tensor LlamaModel::linear(const at::Tensor& x, std::size_t param,
 // the base layer keeps its fastest kernel (a float32 product of a bfloat16 model takes another).
 at::Tensor LlamaModel::linear_with_bias(const at::Tensor& x, std::size_t param, std::size_t bias,
                                         const LoraBatch& lora) const {
-  at::Tensor y = bias == kNone ? linear(x, param)
-                               : (linear(x, param, at::kFloat) + store()[bias].value.to(at::kFloat))
-                                     .to(x.scalar_type());
+  at::Tensor y;
+  if (bias == kNone) {
+    y = linear(x, param);
+  } else {
+    y = (linear(x, param, at::kFloat) + store()[bias].value.to(at::kFloat)).to(x.scalar_type());
+  }
   lora.add_updates(y, x, param);
   return y;
 }

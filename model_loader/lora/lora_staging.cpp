@@ -18,7 +18,8 @@ void LoraStaging::load_weights(const std::vector<NamedTensor>& weights) {
     LoraAdapter::check_tensor(config_, name, tensor.sizes(), tensor.is_floating_point(), mapping_);
   for (const auto& [name, tensor] : weights) {
     // A copy: the engine's buffer is reused for the next tensors.
-    staged_[LoraAdapter::saved_name(name)] = tensor.to(at::kFloat).clone();
+    staged_[LoraAdapter::saved_name(name)] =
+        tensor.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   }
 }
 

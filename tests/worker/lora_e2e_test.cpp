@@ -282,6 +282,13 @@ BOOST_AUTO_TEST_CASE(an_adapter_moves_through_the_four_calls) {
   std::tie(code, message) = testing::rpc_error(
       client, "start_weight_update", {{"lora_name", "tiny"}, {"lora_config", wide_config}});
   BOOST_TEST(message.find("is the served model's name") != std::string::npos, message);
+  // A new adapter within --max-loras 2, then one past it.
+  round({{"lora_name", "second"}, {"lora_config", narrow_config}}, kAdapters / "narrow");
+  BOOST_TEST(worker.greedy("second", 8) == greedy_of(golden["adapters"]["narrow"]),
+             boost::test_tools::per_element());
+  std::tie(code, message) = testing::rpc_error(
+      client, "start_weight_update", {{"lora_name", "third"}, {"lora_config", narrow_config}});
+  BOOST_TEST(message.find("as many as --max-loras 2 allows") != std::string::npos, message);
   // A base-model round still works after adapter rounds, and names its version.
   client.call("start_weight_update");
   client.call("update_weights", {{"update_info", {{"path", kModel.string()}}}});

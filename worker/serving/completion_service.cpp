@@ -633,7 +633,8 @@ std::shared_ptr<CompletionRun> CompletionService::start(const json& params,
                                                         const std::function<bool()>& caller_gone) {
   auto p = protocol::CompletionParams::from_json(params);
   warn_ignored(p);
-  return launch(std::move(p), std::nullopt, caller_gone);
+  auto lora = resolve_model(p.model);
+  return launch(std::move(p), std::move(lora), std::nullopt, caller_gone);
 }
 
 std::shared_ptr<CompletionRun> CompletionService::start_chat(
@@ -641,7 +642,7 @@ std::shared_ptr<CompletionRun> CompletionService::start_chat(
     bool trust_request_template, const std::function<bool()>& caller_gone) {
   warn_ignored(params.completion);
   const auto& conversation = params.conversation;
-  (void)resolve_model(params.completion.model);  // a 404 before the template renders
+  auto lora = resolve_model(params.completion.model);  // a 404 before the template renders
   if (tokenizer_ == nullptr) {
     throw protocol::ValueError(
         "chat completions need the model's tokenizer, and this worker has none (no "
@@ -664,13 +665,12 @@ std::shared_ptr<CompletionRun> CompletionService::start_chat(
       messages.back().contains("content") && !messages.back()["content"].is_null()) {
     chat.echo = message_text(messages.back()["content"], messages.size() - 1);
   }
-  return launch(std::move(p), std::move(chat), caller_gone);
+  return launch(std::move(p), std::move(lora), std::move(chat), caller_gone);
 }
 
-std::shared_ptr<CompletionRun> CompletionService::launch(protocol::CompletionParams p,
-                                                         std::optional<CompletionRun::Chat> chat,
-                                                         const std::function<bool()>& caller_gone) {
-  auto lora = resolve_model(p.model);
+std::shared_ptr<CompletionRun> CompletionService::launch(
+    protocol::CompletionParams p, std::shared_ptr<const model_loader::LoraAdapter> lora,
+    std::optional<CompletionRun::Chat> chat, const std::function<bool()>& caller_gone) {
   if (tokenizer_ == nullptr) {
     const bool text = std::any_of(p.prompts.begin(), p.prompts.end(),
                                   [](const auto& prompt) { return prompt.text.has_value(); });

@@ -160,8 +160,10 @@ class CompletionService {
   bool cancel(std::uint64_t ticket);
 
  private:
-  // Checks, tokenizes and queues every choice of `params` (prompts filled in).
+  // Checks, tokenizes and queues every choice of `params` (prompts filled in), through `lora`
+  // (what resolve_model made of its `model`; null: the model itself).
   std::shared_ptr<CompletionRun> launch(protocol::CompletionParams params,
+                                        std::shared_ptr<const model_loader::LoraAdapter> lora,
                                         std::optional<CompletionRun::Chat> chat,
                                         const std::function<bool()>& caller_gone);
   // What a request's `model` names: the model served (null, as is an absent or empty name) or a

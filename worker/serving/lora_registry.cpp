@@ -71,27 +71,29 @@ void LoraRegistry::place(LoraModule module,
                           std::move(module.base_model_name), std::move(adapter)});
 }
 
-void LoraRegistry::load(const LoraModule& module, bool in_place) {
+void LoraRegistry::check_load(const std::string& name, bool in_place) const {
   if (!limits_.enabled) {
     throw protocol::ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.");
   }
-  if (module.name.empty() || module.path.empty()) {
-    throw protocol::ValueError("Both 'lora_name' and 'lora_path' must be provided.");
-  }
-  if (module.name == served_model_name_) {
-    throw protocol::ValueError("'" + module.name +
+  if (name == served_model_name_) {
+    throw protocol::ValueError("'" + name +
                                "' is the served model's name: a LoRA adapter needs a name of "
                                "its own");
   }
-  {
-    // Refused before the adapter is read; checked again when it is placed (a concurrent load).
-    std::lock_guard lock(mutex_);
-    const bool held = adapters_.contains(module.name);
-    if (held && !in_place) {
-      throw protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
-    }
-    if (!held) check_room(adapters_.size());
+  std::lock_guard lock(mutex_);
+  const bool held = adapters_.contains(name);
+  if (held && !in_place) {
+    throw protocol::ValueError("The lora adapter '" + name + "' has already been loaded.");
   }
+  if (!held) check_room(adapters_.size());
+}
+
+void LoraRegistry::load(const LoraModule& module, bool in_place) {
+  if (module.name.empty() || module.path.empty()) {
+    throw protocol::ValueError("Both 'lora_name' and 'lora_path' must be provided.");
+  }
+  // Refused before the adapter is read; placing it checks again (a concurrent load).
+  check_load(module.name, in_place);
   std::error_code ec;
   if (!std::filesystem::is_directory(module.path, ec)) {
     throw ModelNotFoundError("No adapter found for " + module.path);

@@ -60,6 +60,10 @@ class LoraRegistry {
   void load(const LoraModule& module, bool in_place = false);
   // ModelNotFoundError (vLLM's 404) for a name that is not loaded.
   void unload(std::string_view name);
+  // What a load of `name` must pass before the adapter is read: LoRA enabled, a name that is not
+  // the served model's, and, unless it replaces the adapter served under it (`in_place`; else
+  // vLLM's "already been loaded"), room within --max-loras. ValueError naming what failed.
+  void check_load(const std::string& name, bool in_place) const;
   // Serves `adapter` (received through a weight update, say) as `name` from the next request on:
   // in place of the adapter served under it (its id kept), or as a new one, within --max-loras
   // (a ValueError past it). `source` is what /v1/models shows as its root.
