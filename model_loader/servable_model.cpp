@@ -1,6 +1,7 @@
 #include "model_loader/servable_model.hpp"
 
 #include "model_loader/architecture_registry.hpp"
+#include "model_loader/lora/lora_adapter.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
@@ -30,9 +31,13 @@ at::Tensor checked_step_tokens(const at::Tensor& tokens, const std::vector<Forwa
 ServableModel::~ServableModel() = default;
 
 std::shared_ptr<const LoraAdapter> ServableModel::load_lora_adapter(
-    const std::filesystem::path& directory, std::int64_t /*max_rank*/) const {
-  throw protocol::ValueError("cannot load the LoRA adapter in " + directory.string() +
-                             ": this model takes no LoRA adapters");
+    const std::filesystem::path& directory, std::int64_t max_rank) const {
+  const WeightMapping* mapping = weight_mapping();
+  if (mapping == nullptr) {
+    throw protocol::ValueError("cannot load the LoRA adapter in " + directory.string() +
+                               ": this model takes no LoRA adapters");
+  }
+  return LoraAdapter::load(directory, *mapping, device(), max_rank);
 }
 
 std::shared_ptr<ServableModel> load_model(const std::filesystem::path& directory,

@@ -115,14 +115,14 @@ class ServableModel : public LoadableModel {
   virtual std::map<std::string, std::string> checkpoint_checksums() const = 0;
 
   // A PEFT LoRA adapter read from `directory` and laid onto this model (this tensor-parallel
-  // rank's part of it), for ForwardSlice::lora. A ValueError naming what does not fit: a rank
-  // past `max_rank`, a module the model lacks or does not adapt, a shape that does not match.
-  // A model that takes none (the default) says so with a ValueError.
+  // rank's part of it) through weight_mapping(), for ForwardSlice::lora. A ValueError naming
+  // what does not fit: a rank past `max_rank`, a module the model lacks or does not adapt, a
+  // shape that does not match; or that the model takes none (no weight mapping).
   virtual std::shared_ptr<const LoraAdapter> load_lora_adapter(
       const std::filesystem::path& directory, std::int64_t max_rank) const;
-  // How its checkpoint's tensors lay onto its runtime parameters, which an adapter received
-  // through a weight update is laid out by (LoraStaging); null for a model that takes no
-  // adapters that way (the default).
+  // How its checkpoint's tensors lay onto its runtime parameters, which LoRA adapters are laid
+  // out by (read from a directory, or received through a weight update: LoraStaging); null for a
+  // model that takes no adapters (the default).
   virtual const WeightMapping* weight_mapping() const { return nullptr; }
 };
 

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "model_loader/lora/lora_adapter.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/param_meta.hpp"
 #include "transport/communicator.hpp"
@@ -298,11 +297,6 @@ std::map<std::string, std::string> ServableRuntime::runtime_checksums(
     }
   }
   return out;
-}
-
-std::shared_ptr<const LoraAdapter> ServableRuntime::load_lora_adapter(
-    const std::filesystem::path& directory, std::int64_t max_rank) const {
-  return LoraAdapter::load(directory, mapping_, store_.device(), max_rank);
 }
 
 std::map<std::string, std::string> ServableRuntime::checkpoint_checksums() const {

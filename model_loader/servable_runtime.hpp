@@ -57,8 +57,6 @@ class ServableRuntime : public ServableModel {
   void zero_weights() final;
   std::map<std::string, std::string> runtime_checksums(const std::string& key_prefix) const final;
   std::map<std::string, std::string> checkpoint_checksums() const final;
-  std::shared_ptr<const LoraAdapter> load_lora_adapter(const std::filesystem::path& directory,
-                                                       std::int64_t max_rank) const final;
   const WeightMapping* weight_mapping() const final { return &mapping_; }
 
  protected:
