@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,29 @@ inline bool& json_only() {
   static bool on = false;
   return on;
 }
+
+// A bench's command line: `--json`, and `--NAME VALUE` for each count (at least 1) and path it
+// names; anything else is left alone.
+struct BenchFlags {
+  std::map<std::string, int*> counts;
+  std::map<std::string, std::filesystem::path*> paths;
+
+  void parse(int argc, char** argv) const {
+    for (int i = 1; i < argc; ++i) {
+      const std::string flag = argv[i];
+      if (flag == "--json") {
+        json_only() = true;
+        continue;
+      }
+      if (i + 1 >= argc) break;
+      if (auto count = counts.find(flag); count != counts.end()) {
+        *count->second = std::max(1, std::atoi(argv[++i]));
+      } else if (auto path = paths.find(flag); path != paths.end()) {
+        *path->second = argv[++i];
+      }
+    }
+  }
+};
 
 inline void report(const std::string& bench, const std::string& what, double value,
                    const std::string& unit, nlohmann::json extra = {}) {

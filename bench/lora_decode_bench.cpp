@@ -6,9 +6,6 @@
 // each adapted figure's ratio to the base model's of the same repetition.
 //
 //   hotswap_lora_decode_bench [--reps 5] [--steps 32] [--dir DIR] [--json]
-#include <ATen/TensorOperators.h>
-#include <ATen/ops/randn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,8 +19,8 @@
 
 #include "bench/bench_support.hpp"
 #include "bench/decode_steps.hpp"
+#include "bench/lora_adapter_files.hpp"
 #include "model_loader/lora/lora_adapter.hpp"
-#include "model_loader/safetensors_writer.hpp"
 #include "model_loader/servable_model.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 
@@ -35,51 +32,12 @@ namespace {
 constexpr std::int64_t kRank = 16;
 constexpr int kBatch = 8;
 
-// A random rank-16 adapter of every projection, in PEFT's format, in `dir`.
-void write_adapter(const fs::path& dir, const model_loader::ModelConfig& c, std::uint64_t seed) {
-  fs::create_directories(dir);
-  std::ofstream(dir / "adapter_config.json")
-      << nlohmann::json(
-             {{"peft_type", "LORA"},
-              {"r", kRank},
-              {"lora_alpha", 2 * kRank},
-              {"target_modules",
-               {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}})
-             .dump();
-  at::manual_seed(seed);
-  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                     kv = c.num_key_value_heads * c.head_dim, i = c.intermediate_size;
-  const std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> shapes = {
-      {"self_attn.q_proj", q, h}, {"self_attn.k_proj", kv, h}, {"self_attn.v_proj", kv, h},
-      {"self_attn.o_proj", h, q}, {"mlp.gate_proj", i, h},     {"mlp.up_proj", i, h},
-      {"mlp.down_proj", h, i}};
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (const auto& [module, out, in] : shapes) {
-      const std::string name = "base_model.model.model.layers." + std::to_string(l) + "." + module;
-      tensors.emplace_back(name + ".lora_A.weight", at::randn({kRank, in}) * 0.01);
-      tensors.emplace_back(name + ".lora_B.weight", at::randn({out, kRank}) * 0.01);
-    }
-  }
-  model_loader::save_safetensors((dir / "adapter_model.safetensors").string(), tensors);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 5, steps = 32;
   fs::path dir = fs::temp_directory_path() / "hotswap-lora-decode-bench";
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--json") {
-      bench::json_only() = true;
-      continue;
-    }
-    if (i + 1 >= argc) break;
-    if (flag == "--reps") reps = std::max(1, std::atoi(argv[++i]));
-    if (flag == "--steps") steps = std::max(1, std::atoi(argv[++i]));
-    if (flag == "--dir") dir = argv[++i];
-  }
+  bench::BenchFlags{{{"--reps", &reps}, {"--steps", &steps}}, {{"--dir", &dir}}}.parse(argc, argv);
   const auto config = bench::bench_llama();
   fs::remove_all(dir);
   model_loader::SyntheticCheckpointOptions synthetic;
@@ -90,7 +48,9 @@ int main(int argc, char** argv) {
   std::vector<std::shared_ptr<const model_loader::LoraAdapter>> adapters;
   for (int a = 0; a < 8; ++a) {
     const fs::path path = dir / ("adapter" + std::to_string(a));
-    write_adapter(path, config, 100 + static_cast<std::uint64_t>(a));
+    bench::write_lora_adapter(
+        path, kRank,
+        bench::random_lora_tensors(config, kRank, 100 + static_cast<std::uint64_t>(a)));
     adapters.push_back(model->load_lora_adapter(path, kRank));
   }
   if (!bench::json_only()) {

@@ -147,31 +147,47 @@ def load_model(directory):
     return model
 
 
-def greedy_tokens(client, prompt, max_tokens):
-    reply = client.call("generate", {"prompt_token_ids": prompt, "max_tokens": max_tokens,
-                                     "temperature": 0, "ignore_eos": True})
+def add_model_arguments(parser):
+    """The flags both training examples take: the binaries, and a checkpoint to start from."""
+    parser.add_argument("--worker", default="hotswap-worker", help="the hotswap-worker binary")
+    parser.add_argument("--make-model", default="hotswap-make-model",
+                        help="hotswap-make-model, to make the starting checkpoint")
+    parser.add_argument("--model", help="a Llama checkpoint to start from instead")
+
+
+def starting_checkpoint(args, tmp):
+    """--model, or a small Llama made in `tmp` with hotswap-make-model."""
+    if args.model is not None:
+        return args.model
+    directory = os.path.join(tmp, "model")
+    subprocess.run([args.make_model, "--arch", "llama", "--layers", "2", "--hidden-size", "64",
+                    "--intermediate-size", "128", "--heads", "4", "--kv-heads", "2", "--vocab",
+                    "128", "--seed", "7", "--out", directory], check=True,
+                   stdout=subprocess.DEVNULL)
+    return directory
+
+
+def greedy_tokens(client, prompt, max_tokens, model=None):
+    """(the worker's greedy tokens after `prompt`, their weight_versions spans); through LoRA
+    adapter `model` when one is named."""
+    params = {"prompt_token_ids": prompt, "max_tokens": max_tokens, "temperature": 0,
+              "ignore_eos": True}
+    if model is not None:
+        params["model"] = model
+    reply = client.call("generate", params)
     return reply["token_ids"], reply["weight_versions"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--worker", default="hotswap-worker", help="the hotswap-worker binary")
-    parser.add_argument("--make-model", default="hotswap-make-model",
-                        help="hotswap-make-model, to make the starting checkpoint")
-    parser.add_argument("--model", help="a Llama checkpoint to start from instead")
+    add_model_arguments(parser)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--lr", type=float, default=0.01)
     args = parser.parse_args()
     torch.manual_seed(0)
 
     with tempfile.TemporaryDirectory(prefix="hotswap-train-") as tmp:
-        directory = args.model
-        if directory is None:
-            directory = os.path.join(tmp, "model")
-            subprocess.run([args.make_model, "--arch", "llama", "--layers", "2",
-                            "--hidden-size", "64", "--intermediate-size", "128", "--heads", "4",
-                            "--kv-heads", "2", "--vocab", "128", "--seed", "7", "--out",
-                            directory], check=True, stdout=subprocess.DEVNULL)
+        directory = starting_checkpoint(args, tmp)
         model = load_model(directory)
         # The trainer's parameters move into shared memory: the optimizer updates them there,
         # and the shm worker reads them in place.

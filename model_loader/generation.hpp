@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model_loader/kv_cache.hpp"
@@ -27,6 +28,9 @@ class Sequence {
   const std::vector<std::int64_t>& prompt() const { return prompt_; }
   const SamplingParams& params() const { return params_; }
   const std::shared_ptr<const LoraAdapter>& lora() const { return lora_; }
+  // Runs its next steps through `lora` instead: a new version of its adapter, committed between
+  // two steps as new base weights are (what it cached stays, as it does for the weights).
+  void set_lora(std::shared_ptr<const LoraAdapter> lora) { lora_ = std::move(lora); }
   const std::vector<std::int64_t>& output_tokens() const { return output_; }
   const std::vector<double>& output_logprobs() const { return logprobs_; }
   // Per output token, the params().logprobs likeliest alternatives (empty lists when 0).

@@ -162,6 +162,7 @@ GenerateParams GenerateParams::from_json(const json& params) {
   }
   p.request_id = string(params, "request_id");
   p.return_weight_versions = boolean(params, "return_weight_versions", p.return_weight_versions);
+  p.model = string(params, "model");
   return p;
 }
 
@@ -458,6 +459,15 @@ WeightCheckerParams WeightCheckerParams::from_json(const json& params) {
       }
       p.baseline[name] = hex.get<std::string>();
     }
+  }
+  p.lora_name = string(params, "lora_name");
+  if (p.lora_name && p.action == "reset") {
+    throw ValueError("action='reset' zeroes the model's weights and takes no 'lora_name'");
+  }
+  if (p.lora_name && p.format == "runtime" && field(params, "format") != nullptr) {
+    throw ValueError(
+        "a LoRA adapter's checksums are of its tensors as they arrived: "
+        "format='checkpoint' (or none) with 'lora_name'");
   }
   return p;
 }

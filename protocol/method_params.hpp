@@ -47,6 +47,8 @@ struct GenerateParams : SamplingFields {
   // whether the result carries its `weight_versions` spans (null when false).
   std::optional<std::string> request_id;
   bool return_weight_versions = true;
+  // As completions read it: the model served, or a LoRA adapter by its name.
+  std::optional<std::string> model;
 
   static GenerateParams from_json(const nlohmann::json& params);
 };
@@ -205,6 +207,9 @@ struct WeightCheckerParams {
   std::string action;
   std::string format = "runtime";
   std::map<std::string, std::string> baseline;  // for compare: name -> hex digest
+  // hotswap's extension: checksum and compare address this LoRA adapter's tensors (as they
+  // arrived, by PEFT's saved names) instead of the model's; reset takes none.
+  std::optional<std::string> lora_name;
 
   static WeightCheckerParams from_json(const nlohmann::json& params);
 };

@@ -36,6 +36,7 @@ run "$bench/hotswap_control_bench"
 run "$bench/hotswap_model_loader_bench"
 run "$bench/hotswap_moe_decode_bench"
 run "$bench/hotswap_lora_decode_bench" --json
+run "$bench/hotswap_lora_push_bench" --json
 run "$bench/hotswap_numerics_bench" --json
 run "$bench/hotswap_many_senders_bench"
 run "$bench/hotswap_tensor_parallel_bench"

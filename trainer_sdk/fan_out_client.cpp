@@ -79,11 +79,24 @@ void FanOutClient::shutdown_weight_transfer_engine() {
   each([](ZmqWeightSyncClient& w) { w.shutdown_weight_transfer_engine(); });
 }
 
+void FanOutClient::start_adapter_update(const AdapterTarget& adapter) {
+  each([&](ZmqWeightSyncClient& w) { w.start_adapter_update(adapter); });
+}
+
 WeightSyncClient::WorkerDigests FanOutClient::checkpoint_checksums() {
+  return gather([](ZmqWeightSyncClient& w) { return w.checkpoint_checksums(); });
+}
+
+WeightSyncClient::WorkerDigests FanOutClient::adapter_checksums(const std::string& lora_name) {
+  return gather([&](ZmqWeightSyncClient& w) { return w.adapter_checksums(lora_name); });
+}
+
+WeightSyncClient::WorkerDigests FanOutClient::gather(
+    const std::function<WorkerDigests(ZmqWeightSyncClient&)>& fetch) {
   std::vector<WorkerDigests> per_worker(workers_.size());
   std::mutex mutex;
   each([&](ZmqWeightSyncClient& w) {
-    auto digests = w.checkpoint_checksums();
+    auto digests = fetch(w);
     std::lock_guard lock(mutex);
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       if (workers_[i].get() == &w) per_worker[i] = std::move(digests);

@@ -22,6 +22,16 @@ WeightSyncClient::WorkerDigests WeightSyncClient::checkpoint_checksums() {
   throw protocol::RuntimeError("this WeightSyncClient cannot fetch the workers' checksums");
 }
 
+void WeightSyncClient::start_adapter_update(const AdapterTarget& adapter) {
+  throw protocol::RuntimeError("this WeightSyncClient cannot address a LoRA adapter ('" +
+                               adapter.lora_name + "'): hotswap's ZeroMQ and fan-out clients can");
+}
+
+WeightSyncClient::WorkerDigests WeightSyncClient::adapter_checksums(const std::string& lora_name) {
+  throw protocol::RuntimeError(
+      "this WeightSyncClient cannot fetch the checksums of LoRA adapter '" + lora_name + "'");
+}
+
 void WeightSyncClient::shutdown_weight_transfer_engine() {
   throw protocol::RuntimeError("this WeightSyncClient cannot shut the workers' channel down");
 }
@@ -32,21 +42,30 @@ void WeightSyncClient::abort_and_shutdown_weight_transfer_engine() {
 
 void TrainerWeightTransferEngine::push(const SendOptions& options) {
   round_version_ = options.weight_version;
+  round_adapter_ = options.adapter;
   try {
     send_weights();
   } catch (...) {
     round_version_.reset();
+    round_adapter_.reset();
     throw;
   }
   round_version_.reset();
+  round_adapter_.reset();
   if (options.verify && sends_weights() && source() != nullptr) {
-    verify_against_source(client(), *source());
+    verify_against_source(
+        client(), *source(),
+        options.adapter ? std::optional(options.adapter->lora_name) : std::nullopt);
   }
 }
 
 void TrainerWeightTransferEngine::run_round(const std::optional<std::string>& version,
                                             const Transfer& transfer) {
-  client().start_weight_update();
+  if (round_adapter_) {
+    client().start_adapter_update(*round_adapter_);
+  } else {
+    client().start_weight_update();
+  }
   reach(RoundPoint::kStarted);
   mid_update_due_ = true;
   try {
@@ -82,13 +101,16 @@ void TrainerWeightTransferEngine::reach_mid_update() {
   reach(RoundPoint::kMidUpdate);
 }
 
-void verify_against_source(WeightSyncClient& client, WeightSource& source) {
+void verify_against_source(WeightSyncClient& client, WeightSource& source,
+                           const std::optional<std::string>& lora_name) {
   std::map<std::string, std::string> expected;
   auto stream = source.iter();
   while (auto item = stream->next()) {
     if (item->held()) expected[item->name] = transport::sha256_hex(item->tensor);
   }
-  for (const auto& [worker, served] : client.checkpoint_checksums()) {
+  const auto workers =
+      lora_name ? client.adapter_checksums(*lora_name) : client.checkpoint_checksums();
+  for (const auto& [worker, served] : workers) {
     std::vector<std::string> wrong;
     for (const auto& [name, digest] : expected) {
       auto it = served.find(name);

@@ -29,11 +29,13 @@
 
 namespace hotswap::trainer_sdk {
 
-// What a round may add to send_weights: the version the workers commit, and a bit-for-bit check
-// of what they serve against the source after finish.
+// What a round may add to send_weights: the version the workers commit, a bit-for-bit check of
+// what they serve against the source after finish, and the LoRA adapter the round updates
+// instead of the model (the source then yields the adapter's tensors, by PEFT's names).
 struct SendOptions {
   std::optional<std::string> weight_version;
   bool verify = false;
+  std::optional<AdapterTarget> adapter = std::nullopt;
 };
 
 class TrainerWeightTransferEngine {
@@ -47,8 +49,9 @@ class TrainerWeightTransferEngine {
   // Pushes the source's weights and drives start → update(s) → finish. Called on every rank.
   virtual void send_weights() = 0;
   // send_weights with options. With `verify`, each rank that sends then fetches every worker's
-  // checkpoint-format checksums and compares them with SHA-256 digests of the tensors its
-  // source holds; a mismatch is a TransferError naming the worker and the tensors.
+  // checkpoint-format checksums (the adapter's, for an adapter's round) and compares them with
+  // SHA-256 digests of the tensors its source holds; a mismatch is a TransferError naming the
+  // worker and the tensors.
   void push(const SendOptions& options);
   // Tears down communicators and buffers. Default: nothing to tear down.
   virtual void shutdown() {}
@@ -70,6 +73,8 @@ class TrainerWeightTransferEngine {
   void iterate_without_sending() const;
   // The version this round commits (set by push()).
   const std::optional<std::string>& round_version() const { return round_version_; }
+  // The adapter this round updates instead of the model (set by push()), if any.
+  const std::optional<AdapterTarget>& round_adapter() const { return round_adapter_; }
 
   // init_weight_transfer_engine(`payload`) on a side thread, reaching kInit while it is in
   // flight, awaited within `timeout`: the handshake of engines whose init needs nothing of the
@@ -99,11 +104,13 @@ class TrainerWeightTransferEngine {
   std::shared_ptr<WeightSource> source_;
   bool is_sender_;
   std::optional<std::string> round_version_;
+  std::optional<AdapterTarget> round_adapter_;
   bool mid_update_due_ = false;  // inside run_round's transfer, until kMidUpdate is reached
 };
 
-// Compares each worker's checkpoint-format digests with the source's tensors (TransferError
-// naming the worker and up to eight tensors on a mismatch).
-void verify_against_source(WeightSyncClient& client, WeightSource& source);
+// Compares each worker's checkpoint-format digests (adapter `lora_name`'s, when given) with the
+// source's tensors (TransferError naming the worker and up to eight tensors on a mismatch).
+void verify_against_source(WeightSyncClient& client, WeightSource& source,
+                           const std::optional<std::string>& lora_name = std::nullopt);
 
 }  // namespace hotswap::trainer_sdk

@@ -14,6 +14,16 @@
 
 namespace hotswap::trainer_sdk {
 
+// A LoRA adapter a round updates instead of the model: hotswap's extension of
+// start_weight_update ({"lora_name", "lora_config"}). The workers serve it under `lora_name` once
+// the round finishes whole; a worker that is not hotswap refuses such a round.
+struct AdapterTarget {
+  std::string lora_name;
+  // PEFT's adapter_config.json fields (r, lora_alpha, target_modules, use_rslora, ...): needed to
+  // make an adapter the workers do not serve yet, or to change its rank; null keeps theirs.
+  nlohmann::json lora_config;
+};
+
 class WeightSyncClient {
  public:
   virtual ~WeightSyncClient();
@@ -28,6 +38,13 @@ class WeightSyncClient {
   // reaches, each with a name for messages. Clients that cannot fetch them raise.
   using WorkerDigests = std::vector<std::pair<std::string, std::map<std::string, std::string>>>;
   virtual WorkerDigests checkpoint_checksums();
+
+  // hotswap's extension: opens a round that updates `adapter` instead of the model (the rest of
+  // the round is the same calls). Clients that cannot raise.
+  virtual void start_adapter_update(const AdapterTarget& adapter);
+  // The digests of adapter `lora_name`'s tensors as every worker holds them, by PEFT's saved
+  // names, as checkpoint_checksums gives the model's. Clients that cannot raise.
+  virtual WorkerDigests adapter_checksums(const std::string& lora_name);
 
   // Tears every worker's data channel down, ending a session a trainer cannot finish (vLLM's
   // shutdown_weight_transfer_engine); a new init opens it again. Clients that cannot raise.

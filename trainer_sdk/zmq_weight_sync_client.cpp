@@ -53,4 +53,17 @@ WeightSyncClient::WorkerDigests ZmqWeightSyncClient::checkpoint_checksums() {
   return {{endpoint_, reply.at("checksums").get<std::map<std::string, std::string>>()}};
 }
 
+void ZmqWeightSyncClient::start_adapter_update(const AdapterTarget& adapter) {
+  nlohmann::json params = {{"lora_name", adapter.lora_name}};
+  if (!adapter.lora_config.is_null()) params["lora_config"] = adapter.lora_config;
+  call(protocol::methods::kStartWeightUpdate, params);
+}
+
+WeightSyncClient::WorkerDigests ZmqWeightSyncClient::adapter_checksums(
+    const std::string& lora_name) {
+  auto reply = call(protocol::methods::kWeightChecker,
+                    {{"action", "checksum"}, {"format", "checkpoint"}, {"lora_name", lora_name}});
+  return {{endpoint_, reply.at("checksums").get<std::map<std::string, std::string>>()}};
+}
+
 }  // namespace hotswap::trainer_sdk

@@ -28,6 +28,8 @@ class ZmqWeightSyncClient : public WeightSyncClient {
   void update_weights(const nlohmann::json& update_info) override;
   void finish_weight_update(const std::optional<std::string>& weight_version) override;
   WorkerDigests checkpoint_checksums() override;
+  void start_adapter_update(const AdapterTarget& adapter) override;
+  WorkerDigests adapter_checksums(const std::string& lora_name) override;
   void shutdown_weight_transfer_engine() override;
   void abort_and_shutdown_weight_transfer_engine() override;
 

@@ -2,18 +2,21 @@
 
 #include <set>
 
+#include "model_loader/lora/lora_adapter.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
+#include "worker/serving/model_not_found_error.hpp"
 
 namespace hotswap::worker {
 
 WeightChecker::WeightChecker(std::shared_ptr<model_loader::ServableModel> model,
-                             const receiver::ParallelConfig& parallel)
+                             const receiver::ParallelConfig& parallel, const LoraRegistry* loras)
     : model_(std::move(model)),
       // vLLM 0.33's _weight_checksum_prefix: dp, pp, pcp, tp — no ep part. Each tensor-parallel
       // rank writes its own index for {tp} (ServableModel::runtime_checksums).
       key_prefix_("dp" + std::to_string(parallel.data_parallel_rank) + ":pp0:pcp0:tp{tp}:"),
-      parallel_(parallel) {}
+      parallel_(parallel),
+      loras_(loras) {}
 
 namespace {
 // The tp index a runtime key names ("dp0:pp0:pcp0:tp1:..."); 0 for a checkpoint-format key.
@@ -30,7 +33,14 @@ int tp_of(const std::string& key) {
 
 nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
   const auto request = protocol::WeightCheckerParams::from_json(params);
-  auto digests = [&] {
+  auto digests = [&]() -> std::map<std::string, std::string> {
+    if (request.lora_name) {
+      auto served = loras_ != nullptr ? loras_->find(*request.lora_name) : std::nullopt;
+      if (!served) {
+        throw ModelNotFoundError("The lora adapter '" + *request.lora_name + "' cannot be found.");
+      }
+      return served->adapter->checksums();
+    }
     return request.format == "checkpoint" ? model_->checkpoint_checksums()
                                           : model_->runtime_checksums(key_prefix_);
   };
@@ -52,7 +62,7 @@ nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
     }
     std::set<int> ranks;
     for (const auto& key : mismatches) {
-      int tp = request.format == "checkpoint" ? 0 : tp_of(key);
+      int tp = request.format == "checkpoint" || request.lora_name ? 0 : tp_of(key);
       if (tp < 0 || tp >= parallel_.tensor_parallel_size) tp = 0;  // a key of no rank of ours
       ranks.insert(parallel_.data_parallel_rank * parallel_.world_size() + tp);
     }

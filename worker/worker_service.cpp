@@ -70,11 +70,10 @@ std::shared_ptr<model_loader::LoadableModel> WorkerService::adapter_round(const 
                                "' is served: a round that makes one gives its `lora_config` "
                                "(PEFT's adapter_config.json fields: r, lora_alpha, ...)");
   }
-  LoraRegistry* registry = loras_.get();
   return std::make_shared<model_loader::LoraStaging>(
       *mapping, model_->device(), std::move(config), std::move(required),
-      [registry, name](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
-        registry->commit(name, std::move(adapter), "weight-transfer:" + name);
+      [this, name](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+        loras_->commit(name, std::move(adapter), "weight-transfer:" + name, finishing_version_);
       });
 }
 
@@ -164,11 +163,6 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
         tensor_parallel_,
         [sharded](const std::function<void()>& fn) { sharded->between_steps(fn); });
   }
-  scheduler_ = std::make_unique<GenerationScheduler>(
-      model_, [this] { return controller_->weight_version(); },
-      SchedulerLimits{options.max_num_seqs, options.max_num_batched_tokens,
-                      options.max_queued_requests},
-      &metrics_);
   const std::string served_name =
       options.served_model_name.empty() ? options.model : options.served_model_name;
   loras_ = std::make_unique<LoraRegistry>(
@@ -177,10 +171,15 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
   for (const auto& entry : options.lora_modules)
     loras_->load(LoraModule::parse(entry));
   runtime_lora_updating_ = env_flag("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+  scheduler_ = std::make_unique<GenerationScheduler>(
+      model_, [this] { return controller_->weight_version(); },
+      SchedulerLimits{options.max_num_seqs, options.max_num_batched_tokens,
+                      options.max_queued_requests},
+      &metrics_, loras_.get());
   completions_ = std::make_unique<CompletionService>(
       *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(), served_name,
       options.model, options.timeout(), loras_.get());
-  checker_ = std::make_unique<WeightChecker>(model_, parallel_);
+  checker_ = std::make_unique<WeightChecker>(model_, parallel_, loras_.get());
   bind_handlers();
 }
 
@@ -312,6 +311,7 @@ void WorkerService::bind_handlers() {
          // Staged: the commit and the new version land together between two generation steps.
          if (!update_hold_) scheduler_->hold();
          try {
+           finishing_version_ = version;
            controller_->finish_weight_update(version);
          } catch (...) {
            if (!update_hold_) scheduler_->release();
@@ -331,7 +331,14 @@ void WorkerService::bind_handlers() {
       {m::kWeightInfo,
        [this](Params, Gone) -> json {
          auto v = controller_->weight_version();
-         return {{"weight_version", v ? json(*v) : json(nullptr)}};
+         json info = {{"weight_version", v ? json(*v) : json(nullptr)}};
+         // hotswap's addition with --enable-lora: each adapter served and its version.
+         if (loras_->limits().enabled) {
+           info["lora_versions"] = json::object();
+           for (const auto& lora : loras_->list())
+             info["lora_versions"][lora.name] = lora.version ? json(*lora.version) : json(nullptr);
+         }
+         return info;
        }},
       {m::kPause,
        [this](Params params, Gone) -> json {
@@ -502,6 +509,9 @@ std::uint64_t WorkerService::generate_async(const json& params, GenerateDone don
   request.logprobs = p.logprobs;
   // Named by its own id, or one made up: abort_requests with no ids ends it too.
   request.request_id = p.request_id.value_or("generate-" + std::to_string(++generate_ids_));
+  // A LoRA adapter by its name, as completions take one (a 404 for a name not served).
+  request.lora = completions_->resolve_model(p.model);
+  if (request.lora != nullptr) request.lora_name = *p.model;
   const bool logprobs = p.logprobs, versions = p.return_weight_versions;
   // A worker paused in keep mode holds requests until resume(); the wait is bounded all the same.
   return scheduler_->submit(std::move(request), Clock::now() + options_.timeout(),

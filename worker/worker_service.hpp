@@ -127,17 +127,21 @@ class WorkerService {
   // From the model directory's tokenizer.json, unless absent or --skip-tokenizer-init.
   std::optional<model_loader::Tokenizer> tokenizer_;
   std::unique_ptr<WeightUpdateController> controller_;
+  // The LoRA adapters served (--enable-lora); before the scheduler, the completions and the
+  // checker, which look them up.
+  std::unique_ptr<LoraRegistry> loras_;
+  // vLLM's guard on /v1/load_lora_adapter and /v1/unload_lora_adapter: the environment's
+  // VLLM_ALLOW_RUNTIME_LORA_UPDATING, read at start-up.
+  bool runtime_lora_updating_ = false;
+  // The weight_version finish_weight_update is committing: an adapter's round serves it as the
+  // adapter's version (its commit runs inside the finish).
+  std::optional<std::string> finishing_version_;
   ServingMetrics metrics_;  // before the scheduler, which records into it
   std::unique_ptr<GenerationScheduler> scheduler_;
   // /tokenize's answer for `text` (a prompt, or a rendered conversation).
   nlohmann::json tokenize_text(const std::string& text, bool add_special_tokens,
                                bool return_token_strs, const std::function<bool()>& caller_gone);
 
-  // The LoRA adapters served (--enable-lora); before the completions, which look them up.
-  std::unique_ptr<LoraRegistry> loras_;
-  // vLLM's guard on /v1/load_lora_adapter and /v1/unload_lora_adapter: the environment's
-  // VLLM_ALLOW_RUNTIME_LORA_UPDATING, read at start-up.
-  bool runtime_lora_updating_ = false;
   std::unique_ptr<CompletionService> completions_;
   ChatTemplates chat_templates_;  // the model's, or --chat-template
   std::unique_ptr<WeightChecker> checker_;

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <string_view>
 
 #include "model_loader/parameter_store.hpp"
 #include "model_loader/safetensors_file.hpp"
 #include "protocol/errors.hpp"
+#include "transport/tensor_digest.hpp"
 
 namespace hotswap::model_loader {
 namespace {
@@ -160,8 +160,11 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& c
   }
   std::shared_ptr<LoraAdapter> adapter(new LoraAdapter);
   adapter->config_ = config;
-  for (const auto& named : tensors)
-    adapter->tensor_names_.insert(saved_name(named.first));
+  for (const auto& [name, tensor] : tensors) {
+    const std::string saved = saved_name(name);
+    adapter->tensor_names_.insert(saved);
+    adapter->checksums_[saved] = transport::sha256_hex(tensor);
+  }
   adapter->pairs_.resize(mapping.runtime_params().size());
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   const double scaling = config.scaling();

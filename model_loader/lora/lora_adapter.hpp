@@ -21,6 +21,7 @@
 #include <c10/core/Device.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -78,6 +79,11 @@ class LoraAdapter {
   std::size_t adapted_modules() const { return adapted_modules_; }
   // The saved names of the tensors it was made of (what a round replacing it must bring).
   const std::set<std::string>& tensor_names() const { return tensor_names_; }
+  // SHA-256 of each tensor it was made of, as it arrived (its dtype, every row: a
+  // tensor-parallel rank's too), by saved name: what weight_checker reports for an adapter and a
+  // trainer's verify compares with its own tensors. Taken once, when the adapter is built: the
+  // served pairs are scaled and fused from them, so they are not the bytes a trainer holds.
+  const std::map<std::string, std::string>& checksums() const { return checksums_; }
   // Bytes its pairs take on the device.
   std::uint64_t nbytes() const;
 
@@ -88,6 +94,7 @@ class LoraAdapter {
   std::vector<std::optional<LoraPair>> pairs_;  // by runtime parameter
   std::size_t adapted_modules_ = 0;
   std::set<std::string> tensor_names_;
+  std::map<std::string, std::string> checksums_;
 };
 
 }  // namespace hotswap::model_loader

@@ -17,9 +17,9 @@ void LoraStaging::load_weights(const std::vector<NamedTensor>& weights) {
   for (const auto& [name, tensor] : weights)
     LoraAdapter::check_tensor(config_, name, tensor.sizes(), tensor.is_floating_point(), mapping_);
   for (const auto& [name, tensor] : weights) {
-    // A copy: the engine's buffer is reused for the next tensors.
-    staged_[LoraAdapter::saved_name(name)] =
-        tensor.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    // A copy (the engine's buffer is reused for the next tensors) in the dtype it came in, so
+    // that the adapter's checksums are those of the trainer's tensors.
+    staged_[LoraAdapter::saved_name(name)] = tensor.clone();
   }
 }
 
@@ -50,6 +50,16 @@ void LoraStaging::finish_reload() {
 
 void LoraStaging::abort_reload() {
   staged_.clear();
+}
+
+void LoraStaging::apply_patches(const std::vector<WeightPatch>& patches) {
+  check_patches(patches);
+}
+
+void LoraStaging::check_patches(const std::vector<WeightPatch>&) const {
+  throw protocol::ValueError(
+      "a LoRA adapter's round takes whole tensors (a dense plane: gloo, shm, disk, nccl, ipc); "
+      "sparse patches address the model's weights");
 }
 
 }  // namespace hotswap::model_loader

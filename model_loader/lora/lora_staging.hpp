@@ -2,7 +2,7 @@
 // receive engine can move an adapter through the weight-transfer contract as it moves a model
 // (its update target retargeted at this, WeightTransferEngine::set_weight_update_target). Each
 // tensor is checked as it arrives (LoraAdapter::check_tensor: PEFT's names, a live PEFT model's
-// included, and shapes at the adapter's rank) and staged in float32; finish_reload builds the
+// included, and shapes at the adapter's rank) and staged as it came; finish_reload builds the
 // adapter and hands it to `commit`, and nothing is served from it before. A round that replaces
 // an adapter must bring every tensor that adapter has: a partial one would silently stop
 // adapting what it left out. abort_reload drops what was staged.
@@ -40,6 +40,9 @@ class LoraStaging final : public LoadableModel {
   // (nothing committed) when a tensor `required` never arrived, or when nothing did.
   void finish_reload() override;
   void abort_reload() override;
+  // Refused by name: an adapter is replaced whole, and sparse patches address a model's weights.
+  void apply_patches(const std::vector<WeightPatch>& patches) override;
+  void check_patches(const std::vector<WeightPatch>& patches) const override;
   c10::Device device() const override { return device_; }
 
   // Tensors staged so far.

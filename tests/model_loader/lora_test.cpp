@@ -26,6 +26,7 @@
 #include "model_loader/safetensors_writer.hpp"
 #include "model_test_support.hpp"
 #include "protocol/errors.hpp"
+#include "transport/tensor_digest.hpp"
 
 using namespace hotswap;
 using namespace std::chrono_literals;
@@ -309,6 +310,24 @@ BOOST_AUTO_TEST_CASE(an_adapter_received_through_the_loadable_model_surface_comm
   const auto prompt = golden_of(fixture)["prompt"].get<std::vector<std::int64_t>>();
   BOOST_TEST(max_abs_diff(logits_with(*model, prompt, committed.get()),
                           logits_with(*model, prompt, from_disk.get())) == 0.0);
+  // Its checksums are those of the file's tensors, by saved name, whatever names they came under.
+  BOOST_TEST(committed->checksums() == from_disk->checksums());
+  BOOST_TEST(committed->checksums().size() == file->tensors().size());
+  for (const auto& info : file->tensors()) {
+    BOOST_TEST(committed->checksums().at(info.name) == transport::sha256_hex(file->tensor(info)));
+  }
+  // A trainer's bfloat16 tensors are staged as they came: their bytes are what is digested.
+  model_loader::LoraStaging bf16_staging(
+      mapping, model->device(), model_loader::LoraConfig::load(dir, 16), {},
+      [&](std::shared_ptr<const LoraAdapter> adapter) { committed = std::move(adapter); });
+  std::vector<model_loader::NamedTensor> halves;
+  for (const auto& info : file->tensors())
+    halves.emplace_back(info.name, file->tensor(info).to(at::kBFloat16));
+  bf16_staging.start_reload();
+  bf16_staging.load_weights(halves);
+  bf16_staging.finish_reload();
+  for (const auto& [name, tensor] : halves)
+    BOOST_TEST(committed->checksums().at(name) == transport::sha256_hex(tensor));
   // An aborted round drops what it staged.
   staging.start_reload();
   staging.load_weights(first);

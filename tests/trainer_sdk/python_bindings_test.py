@@ -203,6 +203,67 @@ def vllm_034_forms():
     expect(TypeError, "", lambda: hotswap.ParamMeta("w", torch.float32, (4,), (0,)))  # keyword
 
 
+def lora_sources():
+    """LoraSource and lora_config_of read a model by PEFT's names and config, peft not needed."""
+    import dataclasses
+    import enum
+
+    class Layer(torch.nn.Module):  # a LoRA layer under PEFT's names, two adapters in it
+        def __init__(self):
+            super().__init__()
+            self.base_layer = torch.nn.Linear(4, 6)
+            self.lora_A = torch.nn.ModuleDict({"default": torch.nn.Linear(4, 2, bias=False),
+                                               "other": torch.nn.Linear(4, 2, bias=False)})
+            self.lora_B = torch.nn.ModuleDict({"default": torch.nn.Linear(2, 6, bias=False),
+                                               "other": torch.nn.Linear(2, 6, bias=False)})
+
+    class PeftType(str, enum.Enum):
+        LORA = "LORA"
+
+    @dataclasses.dataclass
+    class Config:
+        r: int = 2
+        lora_alpha: int = 4
+        target_modules: set = dataclasses.field(default_factory=lambda: {"v_proj", "q_proj"})
+        peft_type: PeftType = PeftType.LORA
+        modules_to_save: object = None
+
+        def to_dict(self):
+            return dataclasses.asdict(self)
+
+    model = torch.nn.Module()
+    model.base_model = torch.nn.Module()
+    model.base_model.model = torch.nn.Module()
+    model.base_model.model.q_proj = Layer()
+    model.peft_config = {"default": Config()}
+    source = hotswap.LoraSource(model)
+    names = [m.name for m in source.metadata()]
+    prefix = "base_model.model.q_proj."
+    check(names == [prefix + "lora_A.weight", prefix + "lora_B.weight"],
+          f"LoraSource names, the adapter's name dropped as PEFT saves them: {names}")
+    live = model.base_model.model.q_proj.lora_A["default"].weight
+    check(dict(source)[prefix + "lora_A.weight"].data_ptr() == live.data_ptr(),
+          "LoraSource yields the live parameters")
+    other = hotswap.LoraSource(model, adapter_name="other")
+    check(dict(other)[prefix + "lora_B.weight"].data_ptr() ==
+          model.base_model.model.q_proj.lora_B["other"].weight.data_ptr(),
+          "LoraSource of a second adapter")
+    expect(ValueError, "has no LoRA weights of adapter 'missing'",
+           lambda: hotswap.LoraSource(model, adapter_name="missing"))
+    expect(ValueError, "has no LoRA weights", lambda: hotswap.LoraSource(torch.nn.Linear(2, 2)))
+    config = hotswap.lora_config_of(model)
+    check(config == {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"],
+                     "peft_type": "LORA", "modules_to_save": None},
+          f"lora_config_of: JSON values (sets sorted, enums by value): {config}")
+    expect(ValueError, "has no peft_config['x']", lambda: hotswap.lora_config_of(model, "x"))
+    # The adapter alone moves into an arena; the base layer stays where it was.
+    base, before = model.base_model.model.q_proj.base_layer.weight.data_ptr(), live.data_ptr()
+    hotswap.arena_from_parameters(hotswap.lora_parameters(model))
+    check(live.data_ptr() != before, "arena_from_parameters moved the adapter's parameters")
+    check(model.base_model.model.q_proj.base_layer.weight.data_ptr() == base,
+          "arena_from_parameters moved only the parameters given")
+
+
 def against_a_worker(worker, model, tensors):
     factory = hotswap.WeightTransferTrainerFactory
     with hotswap.WorkerProcess(worker, model, "shm") as w:
@@ -359,6 +420,7 @@ def main(worker, make):
     tensors = hotswap.load_checkpoint(model)
     types_and_values(tensors)
     vllm_034_forms()
+    lora_sources()
     against_a_worker(worker, model, tensors)
     if FAILURES:
         print("python bindings: FAILED")

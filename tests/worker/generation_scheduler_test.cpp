@@ -8,6 +8,10 @@
 #include <future>
 #include <map>
 
+#include <ATen/Context.h>
+#include <ATen/ops/randn.h>
+
+#include "model_loader/lora/lora_adapter.hpp"
 #include "model_loader/model_test_support.hpp"
 
 using namespace hotswap;
@@ -182,6 +186,60 @@ BOOST_FIXTURE_TEST_CASE(preempted_requests_recompute_and_report_each_token_once,
   BOOST_TEST(
       text.find("vllm:num_preemptions_total{model_name=\"m\",engine=\"0\"} ") != std::string::npos,
       text);
+}
+
+// A request through a LoRA adapter runs each step on the adapter served under its name then: a
+// new version committed while it runs serves its next token, and its spans say which adapter
+// version produced which tokens. An adapter unloaded meanwhile finishes the requests using it.
+BOOST_FIXTURE_TEST_CASE(a_request_through_an_adapter_takes_its_new_version_at_the_next_step,
+                        Fixture) {
+  const std::string q = "model.layers.0.self_attn.q_proj";
+  const auto& slot = *model->weight_mapping()->find(q + ".weight");
+  const nlohmann::json config = {{"r", 2}, {"lora_alpha", 4}, {"target_modules", {"q_proj"}}};
+  auto adapter = [&](int seed) {
+    at::manual_seed(seed);
+    return model_loader::LoraAdapter::from_tensors(
+        model_loader::LoraConfig::from_json(config, 16),
+        {{q + ".lora_A.weight", at::randn({2, slot.shape[1]})},
+         {q + ".lora_B.weight", at::randn({slot.shape[0], 2})}},
+        *model->weight_mapping(), model->device());
+  };
+  worker::LoraRegistry loras(*model, {true, 2, 16}, "tiny");
+  loras.commit("policy", adapter(1), "test", "a1");
+  GenerationScheduler scheduler(
+      model, [] { return std::optional<std::string>("v1"); }, {}, nullptr, &loras);
+
+  auto through_policy = [&](std::int64_t max_tokens,
+                            const std::function<void(std::size_t)>& after_token) {
+    auto r = request(1, 3, max_tokens);
+    r.lora = loras.find("policy")->adapter;
+    r.lora_name = "policy";
+    r.on_token = [after_token](const model_loader::Sequence& s, const auto&) {
+      after_token(s.output_tokens().size());
+      return true;
+    };
+    return submit(scheduler, std::move(r)).get().result->weight_versions;
+  };
+  // Committed (as a round's finish commits, between two steps) after the second token.
+  auto spans = through_policy(5, [&](std::size_t tokens) {
+    if (tokens == 2) loras.commit("policy", adapter(2), "test", "a2");
+  });
+  BOOST_REQUIRE(spans.size() == 2u);
+  BOOST_TEST((spans[0].lora && spans[0].lora_version == "a1" && spans[0].version == "v1"));
+  BOOST_TEST((spans[0].start == 0 && spans[0].end == 2));
+  BOOST_TEST((spans[1].lora && spans[1].lora_version == "a2"));
+  BOOST_TEST((spans[1].start == 2 && spans[1].end == 5));
+  // Unloaded after the first token: the request finishes on the adapter it has.
+  spans = through_policy(4, [&](std::size_t tokens) {
+    if (tokens == 1) loras.unload("policy");
+  });
+  BOOST_REQUIRE(spans.size() == 1u);
+  BOOST_TEST((spans[0].lora_version == "a2" && spans[0].end == 4));
+  // The result's JSON: [version, start, end, lora_version] for a request through an adapter.
+  worker::GenerateResult result;
+  result.weight_versions = spans;
+  BOOST_TEST(result.to_json(false)["weight_versions"] ==
+             nlohmann::json::parse(R"([["v1", 0, 4, "a2"]])"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -15,9 +15,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model_loader/safetensors_file.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
+#include "trainer_sdk/gloo_trainer_init_info.hpp"
 #include "trainer_sdk/rpc_client.hpp"
+#include "trainer_sdk/shm_trainer_engine.hpp"
+#include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "trainer_sdk/zmq_weight_sync_client.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "worker/rpc_error.hpp"
 #include "worker/worker_process.hpp"
@@ -81,6 +87,15 @@ struct Worker {
     return {res->status, res->body};
   }
 };
+
+// A trainer's source of an adapter's tensors: its PEFT file's, by their saved names.
+std::shared_ptr<trainer_sdk::WeightSource> adapter_source(const std::filesystem::path& adapter) {
+  auto file = model_loader::SafetensorsFile::open((adapter / "adapter_model.safetensors").string());
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& info : file->tensors())
+    tensors.emplace_back(info.name, file->tensor(info).clone());
+  return std::make_shared<trainer_sdk::TensorListSource>(std::move(tensors));
+}
 
 std::string error_message(const std::string& body) {
   return json::parse(body)["error"]["message"].get<std::string>();
@@ -295,6 +310,75 @@ BOOST_AUTO_TEST_CASE(an_adapter_moves_through_the_four_calls) {
   client.call("finish_weight_update", {{"weight_version", "step-2"}});
   BOOST_TEST(client.call("weight_info")["weight_version"] == "step-2");
   BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+}
+
+// The trainer SDK pushes an adapter (hotswap's extension of the contract) over the CPU planes a
+// trainer beside its workers uses, gloo and shm: each push verified against the worker's digests
+// of the adapter, served under its name with its version (weight_info, spans), then replaced at
+// another rank by a second push. The model's own weights and version stay.
+BOOST_AUTO_TEST_CASE(a_trainer_pushes_an_adapter_over_gloo_and_shm_verified) {
+  const json golden = golden_lora();
+  for (const std::string backend : {"gloo", "shm"}) {
+    BOOST_TEST_CONTEXT(backend) {
+      Worker worker(
+          {"--enable-lora", "--weight-transfer-config", json({{"backend", backend}}).dump()});
+      auto client =
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(worker.process->endpoint(), 30s);
+      auto push = [&](const std::string& adapter, const std::string& version) {
+        std::unique_ptr<trainer_sdk::TrainerInitInfo> info;
+        if (backend == "gloo") {
+          auto gloo = std::make_unique<trainer_sdk::GlooTrainerInitInfo>(
+              "127.0.0.1", transport::pick_free_port(), 2, 0);
+          gloo->timeout = 30s;
+          info = std::move(gloo);
+        } else {
+          auto shm = std::make_unique<trainer_sdk::ShmTrainerInitInfo>(1, 0);
+          shm->timeout = 30s;
+          info = std::move(shm);
+        }
+        auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+            *info, client, adapter_source(kAdapters / adapter));
+        const json config = json::parse(std::ifstream(kAdapters / adapter / "adapter_config.json"));
+        engine->push({version, /*verify=*/true, trainer_sdk::AdapterTarget{"policy", config}});
+        engine->shutdown();
+      };
+      push("wide", "wide-1");
+      BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["wide"]),
+                 boost::test_tools::per_element());
+      const json info = client->call("weight_info");
+      BOOST_TEST(info["weight_version"] == "default");
+      BOOST_TEST(info["lora_versions"] == json({{"policy", "wide-1"}}));
+      auto res = worker.post("/v1/completions", {{"model", "policy"},
+                                                 {"prompt", {1, 2, 3}},
+                                                 {"max_tokens", 3},
+                                                 {"return_weight_versions", true}});
+      BOOST_REQUIRE(res);
+      BOOST_TEST(json::parse(res->body)["choices"][0]["weight_versions"] ==
+                 json::parse(R"([{"version": "default", "start": 0, "end": 3,
+                                   "lora_version": "wide-1"}])"));
+
+      push("narrow", "narrow-1");  // rank 4 where it was 8: the config in the round says so
+      BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["narrow"]),
+                 boost::test_tools::per_element());
+      BOOST_TEST(client->call("weight_info")["lora_versions"]["policy"] == "narrow-1");
+      const auto served = client->adapter_checksums("policy");
+      BOOST_REQUIRE(served.size() == 1u);
+      const json baseline = served[0].second;
+      BOOST_TEST(client->call("weight_checker", {{"action", "compare"},
+                                                 {"lora_name", "policy"},
+                                                 {"baseline", baseline}})["match"] == true);
+      json changed = baseline;
+      changed.begin().value() = std::string(64, '0');
+      BOOST_TEST(client->call("weight_checker", {{"action", "compare"},
+                                                 {"lora_name", "policy"},
+                                                 {"baseline", changed}})["match"] == false);
+      trainer_sdk::RpcClient rpc(worker.process->endpoint(), 30s);
+      auto [code, message] = testing::rpc_error(rpc, "weight_checker",
+                                                {{"action", "checksum"}, {"lora_name", "nope"}});
+      BOOST_TEST(code == protocol::kInvalidParamsCode);
+      BOOST_TEST(message == "The lora adapter 'nope' cannot be found.");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(lora_modules_without_enable_lora_stop_the_worker_with_a_reason) {

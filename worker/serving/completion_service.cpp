@@ -52,14 +52,18 @@ double floored(double logprob) {
 }
 
 // vLLM 0.34's `weight_versions` of a choice: `[{"version", "start", "end"}, ...]`, half-open
-// ranges over its output tokens; null unless the request asked for them.
+// ranges over its output tokens; null unless the request asked for them. A request through a
+// LoRA adapter has hotswap's `lora_version` in each span too: the adapter's version.
 ordered_json spans_json(const std::vector<VersionSpan>& spans, bool asked) {
   if (!asked) return nullptr;
+  auto text = [](const std::optional<std::string>& v) {
+    return v ? ordered_json(*v) : ordered_json(nullptr);
+  };
   ordered_json out = ordered_json::array();
   for (const auto& s : spans) {
-    out.push_back({{"version", s.version ? ordered_json(*s.version) : ordered_json(nullptr)},
-                   {"start", s.start},
-                   {"end", s.end}});
+    ordered_json span = {{"version", text(s.version)}, {"start", s.start}, {"end", s.end}};
+    if (s.lora) span["lora_version"] = text(s.lora_version);
+    out.push_back(std::move(span));
   }
   return out;
 }
@@ -549,7 +553,7 @@ std::shared_ptr<const model_loader::LoraAdapter> CompletionService::resolve_mode
     const std::optional<std::string>& model) const {
   if (!model || model->empty() || *model == model_name_) return nullptr;
   if (loras_ != nullptr) {
-    if (auto adapter = loras_->find(*model)) return adapter;
+    if (auto served = loras_->find(*model)) return served->adapter;
   }
   throw ModelNotFoundError("The model `" + *model + "` does not exist.");
 }

@@ -158,6 +158,10 @@ class CompletionService {
                                             const std::function<bool()>& caller_gone = {});
   // Cancels the run whose first_ticket() is `ticket`; false when there is none (any more).
   bool cancel(std::uint64_t ticket);
+  // What a request's `model` names: the model served (null, as is an absent or empty name) or a
+  // LoRA adapter; vLLM's 404 for anything else.
+  std::shared_ptr<const model_loader::LoraAdapter> resolve_model(
+      const std::optional<std::string>& model) const;
 
  private:
   // Checks, tokenizes and queues every choice of `params` (prompts filled in), through `lora`
@@ -166,11 +170,6 @@ class CompletionService {
                                         std::shared_ptr<const model_loader::LoraAdapter> lora,
                                         std::optional<CompletionRun::Chat> chat,
                                         const std::function<bool()>& caller_gone);
-  // What a request's `model` names: the model served (null, as is an absent or empty name) or a
-  // LoRA adapter; vLLM's 404 for anything else.
-  std::shared_ptr<const model_loader::LoraAdapter> resolve_model(
-      const std::optional<std::string>& model) const;
-
   GenerationScheduler& scheduler_;
   const model_loader::Tokenizer* tokenizer_;
   model_loader::ModelConfig config_;

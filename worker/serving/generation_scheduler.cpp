@@ -19,9 +19,13 @@ nlohmann::json GenerateResult::to_json(bool with_logprobs, bool with_versions) c
   nlohmann::json spans = nullptr;
   if (with_versions) {
     spans = nlohmann::json::array();
+    auto text = [](const std::optional<std::string>& v) {
+      return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+    };
     for (const auto& s : weight_versions) {
-      spans.push_back(
-          {s.version ? nlohmann::json(*s.version) : nlohmann::json(nullptr), s.start, s.end});
+      nlohmann::json span = {text(s.version), s.start, s.end};
+      if (s.lora) span.push_back(text(s.lora_version));  // [version, start, end, lora_version]
+      spans.push_back(std::move(span));
     }
   }
   nlohmann::json out = {
@@ -32,8 +36,12 @@ nlohmann::json GenerateResult::to_json(bool with_logprobs, bool with_versions) c
 
 GenerationScheduler::GenerationScheduler(std::shared_ptr<const model_loader::ServableModel> model,
                                          VersionSource version, SchedulerLimits limits,
-                                         ServingMetrics* metrics)
-    : model_(std::move(model)), version_(std::move(version)), limits_(limits), metrics_(metrics) {
+                                         ServingMetrics* metrics, const LoraRegistry* loras)
+    : model_(std::move(model)),
+      version_(std::move(version)),
+      limits_(limits),
+      metrics_(metrics),
+      loras_(loras) {
   if (limits_.max_num_seqs < 1 || limits_.max_num_batched_tokens < 1) {
     throw protocol::ValueError("max_num_seqs and max_num_batched_tokens must be at least 1");
   }
@@ -254,6 +262,7 @@ void GenerationScheduler::loop() {
     if (holds_ != 0 || interrupts_ != 0 || paused_) continue;
     admit();
     if (running_.empty()) continue;
+    refresh_adapters();
     std::vector<model_loader::Sequence*> batch;
     std::int64_t preemptions_before = 0;
     for (auto& r : running_) {
@@ -300,8 +309,10 @@ void GenerationScheduler::loop() {
         continue;
       }
       auto produced = static_cast<std::int64_t>(s.output_tokens().size());
-      if (it->spans.empty() || it->spans.back().version != version) {
-        it->spans.push_back({version, produced - 1, produced});
+      const VersionSpan span{version, produced - 1, produced, !it->lora_name.empty(),
+                             it->lora_version};
+      if (it->spans.empty() || !it->spans.back().same_weights(span)) {
+        it->spans.push_back(span);
       } else {
         it->spans.back().end = produced;
       }
@@ -406,6 +417,17 @@ std::size_t GenerationScheduler::running() const {
 std::size_t GenerationScheduler::waiting() const {
   std::lock_guard lock(mutex_);
   return waiting_.size();
+}
+
+void GenerationScheduler::refresh_adapters() {
+  if (loras_ == nullptr) return;
+  for (auto& r : running_) {
+    if (r.lora_name.empty()) continue;
+    auto served = loras_->find(r.lora_name);
+    if (!served) continue;  // unloaded: it finishes on the adapter it has
+    if (served->adapter != r.sequence->lora()) r.sequence->set_lora(std::move(served->adapter));
+    r.lora_version = std::move(served->version);
+  }
 }
 
 GenerationScheduler::LoraNames GenerationScheduler::lora_names() const {

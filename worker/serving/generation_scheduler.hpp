@@ -8,7 +8,9 @@
 // is admitted only within the budget, and one longer than it runs alone). Each request may watch
 // its tokens as they come (`on_token`: streaming, stop strings). Between two steps the weights
 // may change (a staged commit), and each request records which weight_version produced which of
-// its tokens as [version, start, end) spans.
+// its tokens as [version, start, end) spans. So may a LoRA adapter: before each step, a request
+// that runs through one takes the adapter served under its name then (a round or an in-place
+// load replaced it), and its spans say which adapter version each token came from too.
 //
 // pause(mode): `abort` ends every request in flight with finish_reason "abort"; `wait` lets them
 // finish and admits nothing new; `keep` freezes them where they are, to continue after resume()
@@ -39,6 +41,7 @@
 
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
+#include "worker/serving/lora_registry.hpp"
 #include "worker/serving/serving_metrics.hpp"
 
 namespace hotswap::worker {
@@ -73,6 +76,14 @@ struct VersionSpan {
   std::optional<std::string> version;
   std::int64_t start = 0;
   std::int64_t end = 0;
+  // A request through a LoRA adapter: the adapter's version (LoraRegistry::Entry::version) that
+  // produced these tokens with the model's `version`.
+  bool lora = false;
+  std::optional<std::string> lora_version;
+
+  bool same_weights(const VersionSpan& other) const {
+    return version == other.version && lora == other.lora && lora_version == other.lora_version;
+  }
 };
 
 struct GenerateResult {
@@ -101,10 +112,11 @@ class GenerationScheduler {
   // scheduler.
   using Completion = std::function<void(GenerateOutcome)>;
 
-  // `metrics`, if given, records the serving figures and must outlive the scheduler.
+  // `metrics`, if given, records the serving figures and must outlive the scheduler; so must
+  // `loras`, the adapters requests run through by name, when given.
   GenerationScheduler(std::shared_ptr<const model_loader::ServableModel> model,
                       VersionSource version, SchedulerLimits limits = {},
-                      ServingMetrics* metrics = nullptr);
+                      ServingMetrics* metrics = nullptr, const LoraRegistry* loras = nullptr);
   ~GenerationScheduler();  // aborts what is in flight and joins the loop
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
@@ -153,6 +165,7 @@ class GenerationScheduler {
     std::uint64_t ticket = 0;
     std::string request_id;
     std::string lora_name;
+    std::optional<std::string> lora_version;  // of the adapter its next step runs through
     std::unique_ptr<model_loader::Sequence> sequence;
     Completion done;
     Clock::time_point deadline;
@@ -176,6 +189,9 @@ class GenerationScheduler {
   void record_end(const Running& r, const std::string& reason);
   // Moves waiting requests into the batch within the limits.
   void admit();
+  // With the lock held, before a step: each running request through a LoRA adapter takes the
+  // adapter served under its name now (kept when it was unloaded), and its version.
+  void refresh_adapters();
   // Ends every request whose deadline passed; returns the earliest deadline left.
   Clock::time_point expire(Clock::time_point now);
 
@@ -183,6 +199,7 @@ class GenerationScheduler {
   VersionSource version_;
   SchedulerLimits limits_;
   ServingMetrics* metrics_;
+  const LoraRegistry* loras_;
   std::uint64_t next_ticket_ = 1;
   std::vector<std::uint64_t> cancelled_;  // running requests to end after the step in progress
 

@@ -51,24 +51,24 @@ void LoraRegistry::check_room(std::size_t loaded) const {
   }
 }
 
-void LoraRegistry::place(LoraModule module,
-                         std::shared_ptr<const model_loader::LoraAdapter> adapter, bool in_place) {
+void LoraRegistry::place(LoraModule module, Served served, bool in_place) {
   std::lock_guard lock(mutex_);
   if (auto it = adapters_.find(module.name); it != adapters_.end()) {
     if (!in_place) {
       throw protocol::ValueError("The lora adapter '" + module.name + "' has already been loaded.");
     }
-    // Sequences running on the old adapter finish on it; every later request gets this one.
+    // The sequences running on the old adapter take this one at their next step.
     it->second.path = std::move(module.path);
     if (module.base_model_name) it->second.base_model_name = std::move(module.base_model_name);
-    it->second.adapter = std::move(adapter);
+    it->second.adapter = std::move(served.adapter);
+    it->second.version = std::move(served.version);
     return;
   }
   check_room(adapters_.size());
   std::string name = module.name;
-  adapters_.emplace(std::move(name),
-                    Entry{std::move(module.name), std::move(module.path), next_id_++,
-                          std::move(module.base_model_name), std::move(adapter)});
+  adapters_.emplace(std::move(name), Entry{std::move(module.name), std::move(module.path),
+                                           next_id_++, std::move(module.base_model_name),
+                                           std::move(served.adapter), std::move(served.version)});
 }
 
 void LoraRegistry::check_load(const std::string& name, bool in_place) const {
@@ -100,13 +100,13 @@ void LoraRegistry::load(const LoraModule& module, bool in_place) {
   }
   // Read outside the lock: requests keep finding the adapters already served meanwhile.
   auto adapter = model_.load_lora_adapter(module.path, limits_.max_lora_rank);
-  place(module, std::move(adapter), in_place);
+  place(module, {std::move(adapter), std::nullopt}, in_place);
 }
 
 void LoraRegistry::commit(const std::string& name,
                           std::shared_ptr<const model_loader::LoraAdapter> adapter,
-                          const std::string& source) {
-  place({name, source, std::nullopt}, std::move(adapter), /*in_place=*/true);
+                          const std::string& source, std::optional<std::string> version) {
+  place({name, source, std::nullopt}, {std::move(adapter), std::move(version)}, /*in_place=*/true);
 }
 
 std::optional<LoraRegistry::Entry> LoraRegistry::entry(std::string_view name) const {
@@ -125,10 +125,11 @@ void LoraRegistry::unload(std::string_view name) {
   adapters_.erase(it);
 }
 
-std::shared_ptr<const model_loader::LoraAdapter> LoraRegistry::find(std::string_view name) const {
+std::optional<LoraRegistry::Served> LoraRegistry::find(std::string_view name) const {
   std::lock_guard lock(mutex_);
   auto it = adapters_.find(name);
-  return it == adapters_.end() ? nullptr : it->second.adapter;
+  if (it == adapters_.end()) return std::nullopt;
+  return Served{it->second.adapter, it->second.version};
 }
 
 std::vector<LoraRegistry::Entry> LoraRegistry::list() const {

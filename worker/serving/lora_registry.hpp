@@ -1,8 +1,9 @@
 // LoraRegistry: the LoRA adapters a worker serves, by name, with vLLM's interface: --lora-modules
 // at start-up, /v1/load_lora_adapter and /v1/unload_lora_adapter after (vLLM's rules and
 // messages), at most --max-loras of them, each of rank up to --max-lora-rank. A request names
-// one by its `model`. A sequence holds its adapter for as long as it runs: an adapter unloaded
-// meanwhile finishes the sequences that use it, and is gone for every later request.
+// one by its `model`. A sequence runs through the adapter served under its name at each step: one
+// replaced (load_inplace, a weight-transfer round) serves its next step; one unloaded finishes
+// the sequences that use it, and is gone for every later request.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,14 @@ class LoraRegistry {
     std::int64_t id = 0;  // vLLM's lora_int_id: 1, 2, ... in the order adapters were loaded
     std::optional<std::string> base_model_name;
     std::shared_ptr<const model_loader::LoraAdapter> adapter;
+    // The weight_version the round that made it finished with (null: read from a path, or a
+    // round that gave none).
+    std::optional<std::string> version;
+  };
+  // What a request runs through: the adapter served under a name, and its version.
+  struct Served {
+    std::shared_ptr<const model_loader::LoraAdapter> adapter;
+    std::optional<std::string> version;
   };
 
   // `model` must outlive the registry; `served_model_name` is the name requests give the model
@@ -64,26 +73,26 @@ class LoraRegistry {
   // the served model's, and, unless it replaces the adapter served under it (`in_place`; else
   // vLLM's "already been loaded"), room within --max-loras. ValueError naming what failed.
   void check_load(const std::string& name, bool in_place) const;
-  // Serves `adapter` (received through a weight update, say) as `name` from the next request on:
-  // in place of the adapter served under it (its id kept), or as a new one, within --max-loras
-  // (a ValueError past it). `source` is what /v1/models shows as its root.
+  // Serves `adapter` (received through a weight update) as `name`, at `version`, from the next
+  // step on: in place of the adapter served under it (its id kept; the sequences running on it
+  // go on with this one), or as a new one, within --max-loras (a ValueError past it). `source`
+  // is what /v1/models shows as its root.
   void commit(const std::string& name, std::shared_ptr<const model_loader::LoraAdapter> adapter,
-              const std::string& source);
+              const std::string& source, std::optional<std::string> version);
   // The adapter served as `name`, with its id and path, or nullopt.
   std::optional<Entry> entry(std::string_view name) const;
 
-  // The adapter served as `name`, or null.
-  std::shared_ptr<const model_loader::LoraAdapter> find(std::string_view name) const;
+  // The adapter served as `name` and its version, or nullopt.
+  std::optional<Served> find(std::string_view name) const;
   // Every adapter served, by id.
   std::vector<Entry> list() const;
 
  private:
   // A ValueError when `loaded` adapters leave no room for another.
   void check_room(std::size_t loaded) const;
-  // Serves `adapter` under module.name: a new entry (within --max-loras), or, `in_place`, the
-  // entry already there (else vLLM's "already been loaded").
-  void place(LoraModule module, std::shared_ptr<const model_loader::LoraAdapter> adapter,
-             bool in_place);
+  // Serves `adapter` at `version` under module.name: a new entry (within --max-loras), or,
+  // `in_place`, the entry already there (else vLLM's "already been loaded").
+  void place(LoraModule module, Served served, bool in_place);
 
   const model_loader::ServableModel& model_;
   LoraLimits limits_;

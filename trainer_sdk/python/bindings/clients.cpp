@@ -12,6 +12,7 @@
 namespace hotswap::python {
 namespace {
 
+using trainer_sdk::AdapterTarget;
 using trainer_sdk::FanOutClient;
 using trainer_sdk::WeightSyncClient;
 using trainer_sdk::ZmqWeightSyncClient;
@@ -42,23 +43,20 @@ class PythonWeightSyncClient final : public WeightSyncClient {
   }
 
   WorkerDigests checkpoint_checksums() override {
-    WorkerDigests digests;
-    py::gil_scoped_acquire gil;
-    if (py::hasattr(client_, "checkpoint_checksums")) {
-      call("checkpoint_checksums",
-           [&](const py::object& f) { digests = f().cast<WorkerDigests>(); });
-    } else if (py::hasattr(client_, "weight_checker")) {
-      // hotswap.client.HotswapWeightSyncClient: the worker's checkpoint-format digests.
-      call("weight_checker", [&](const py::object& f) {
-        auto reply = to_json(f("checksum", py::arg("format") = "checkpoint"));
-        const std::string name =
-            py::hasattr(client_, "endpoint") ? py::str(client_.attr("endpoint")) : py::str(client_);
-        digests.emplace_back(name, reply.at("checksums").get<std::map<std::string, std::string>>());
-      });
-    } else {
-      return WeightSyncClient::checkpoint_checksums();  // raises: this client cannot
-    }
-    return digests;
+    auto digests = fetch_digests("checkpoint_checksums", std::nullopt);
+    return digests ? *digests : WeightSyncClient::checkpoint_checksums();  // raises: cannot
+  }
+
+  void start_adapter_update(const AdapterTarget& adapter) override {
+    call("start_weight_update", [&](const py::object& f) {
+      f(py::arg("lora_name") = adapter.lora_name,
+        py::arg("lora_config") = from_json(adapter.lora_config));
+    });
+  }
+
+  WorkerDigests adapter_checksums(const std::string& lora_name) override {
+    auto digests = fetch_digests("adapter_checksums", lora_name);
+    return digests ? *digests : WeightSyncClient::adapter_checksums(lora_name);  // raises
   }
 
   void shutdown_weight_transfer_engine() override {
@@ -71,6 +69,33 @@ class PythonWeightSyncClient final : public WeightSyncClient {
   }
 
  private:
+  // The client's own `method` (given `lora_name` when there is one), else the worker's
+  // checkpoint-format digests through hotswap.client.HotswapWeightSyncClient's weight_checker;
+  // nullopt when the client has neither.
+  std::optional<WorkerDigests> fetch_digests(const char* method,
+                                             const std::optional<std::string>& lora_name) {
+    WorkerDigests digests;
+    py::gil_scoped_acquire gil;
+    if (py::hasattr(client_, method)) {
+      call(method, [&](const py::object& f) {
+        digests = (lora_name ? f(*lora_name) : f()).cast<WorkerDigests>();
+      });
+    } else if (py::hasattr(client_, "weight_checker")) {
+      call("weight_checker", [&](const py::object& f) {
+        py::dict params;
+        params["format"] = "checkpoint";
+        if (lora_name) params["lora_name"] = *lora_name;
+        auto reply = to_json(f("checksum", **params));
+        const std::string name =
+            py::hasattr(client_, "endpoint") ? py::str(client_.attr("endpoint")) : py::str(client_);
+        digests.emplace_back(name, reply.at("checksums").get<std::map<std::string, std::string>>());
+      });
+    } else {
+      return std::nullopt;
+    }
+    return digests;
+  }
+
   template <class Call>
   void call(const char* method, Call&& body) {
     py::gil_scoped_acquire gil;
@@ -115,7 +140,24 @@ void bind_clients(py::module_& m) {
             self.init_weight_transfer_engine(body);
           },
           py::arg("init_info"))
-      .def("start_weight_update", &WeightSyncClient::start_weight_update, Release())
+      .def(
+          "start_weight_update",
+          [](WeightSyncClient& self, const py::object& lora_name, const py::handle& lora_config) {
+            if (lora_name.is_none()) {
+              if (!lora_config.is_none()) {
+                throw py::value_error("lora_config is given without a lora_name");
+              }
+              py::gil_scoped_release release;
+              self.start_weight_update();
+              return;
+            }
+            AdapterTarget adapter{lora_name.cast<std::string>(), to_json(lora_config)};
+            py::gil_scoped_release release;
+            self.start_adapter_update(adapter);
+          },
+          py::arg("lora_name") = py::none(), py::arg("lora_config") = py::none(),
+          "Opens a round; with `lora_name` (hotswap's extension) a round of that LoRA adapter, "
+          "made from `lora_config` (PEFT's adapter_config fields) if the workers lack it.")
       .def(
           "update_weights",
           [](WeightSyncClient& self, const py::handle& update_info) {
@@ -128,6 +170,10 @@ void bind_clients(py::module_& m) {
            py::arg("weight_version") = py::none(), Release())
       .def("checkpoint_checksums", &WeightSyncClient::checkpoint_checksums, Release(),
            "[(worker, {checkpoint name: sha256 hex})] for every worker reached.")
+      .def("adapter_checksums", &WeightSyncClient::adapter_checksums, py::arg("lora_name"),
+           Release(),
+           "[(worker, {PEFT tensor name: sha256 hex})] of LoRA adapter `lora_name` on every "
+           "worker reached.")
       .def("shutdown_weight_transfer_engine", &WeightSyncClient::shutdown_weight_transfer_engine,
            Release());
 

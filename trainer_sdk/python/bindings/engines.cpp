@@ -177,17 +177,28 @@ void bind_engines(py::module_& m) {
           "one round of patches.")
       .def(
           "push",
-          [](PythonEngine& self, const py::object& weight_version, bool verify) {
+          [](PythonEngine& self, const py::object& weight_version, bool verify,
+             const py::object& lora_name, const py::handle& lora_config) {
             auto& engine = self.open("push");
             trainer_sdk::SendOptions options{version_argument(weight_version), verify};
+            if (!lora_name.is_none()) {
+              options.adapter =
+                  trainer_sdk::AdapterTarget{lora_name.cast<std::string>(), to_json(lora_config)};
+            } else if (!lora_config.is_none()) {
+              throw py::value_error("lora_config is given without a lora_name");
+            }
             auto running = self.call();
             py::gil_scoped_release release;
             engine.push(options);
           },
           py::kw_only(), py::arg("weight_version") = py::none(), py::arg("verify") = false,
+          py::arg("lora_name") = py::none(), py::arg("lora_config") = py::none(),
           "send_weights, committing `weight_version`; with verify=True, each sending rank then "
           "compares every worker's checkpoint digests with its source (TransferError on a "
-          "mismatch).")
+          "mismatch). With `lora_name` (hotswap's extension) the round updates that LoRA "
+          "adapter instead of the model: the source yields the adapter's tensors "
+          "(hotswap.LoraSource), `lora_config` (hotswap.lora_config_of) makes it where the "
+          "workers lack it, and verify compares the adapter's digests.")
       .def("shutdown", &PythonEngine::shutdown,
            "Tears communicators and buffers down; the engine cannot be used again.")
       .def_property_readonly("is_sender",

@@ -76,9 +76,15 @@ try:
         layerwise_groups,
         load_checkpoint,
     )
-    from .module_source import ModuleSource, arena_from_module  # noqa: F401
+    from .lora_source import LoraSource, lora_config_of, lora_parameters  # noqa: F401
+    from .module_source import (  # noqa: F401
+        ModuleSource,
+        arena_from_module,
+        arena_from_parameters,
+    )
 
     SharedWeightArena.from_module = staticmethod(arena_from_module)
+    SharedWeightArena.from_parameters = staticmethod(arena_from_parameters)
     HAVE_TRAINER_SDK = True
 except ImportError as _error:  # the client alone: a build without the extension, or no torch
     HAVE_TRAINER_SDK = False

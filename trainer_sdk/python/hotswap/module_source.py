@@ -41,7 +41,13 @@ def arena_from_module(module: torch.nn.Module) -> SharedWeightArena:
     (each `Parameter` keeps its identity, so an optimizer built before or after sees the same
     parameters), and returns the arena. Training then updates the arena's bytes directly, and an
     shm engine given this arena sends them without a copy: its workers read them in place."""
-    params = list(module.named_parameters())
+    return arena_from_parameters(module.named_parameters())
+
+
+def arena_from_parameters(named_parameters) -> SharedWeightArena:
+    """arena_from_module over some parameters only, given as (name, parameter) pairs: a LoRA
+    adapter's (`hotswap.lora_parameters(model)`), say, while the frozen base stays where it is."""
+    params = list(named_parameters)
     for name, p in params:
         if p.device.type != "cpu":
             raise ValueError(f"parameter '{name}' is on {p.device}; a SharedWeightArena holds "
