@@ -50,7 +50,7 @@ void WeightUpdateController::init_weight_transfer_engine(const nlohmann::json& i
 }
 
 void WeightUpdateController::start_weight_update(
-    std::shared_ptr<model_loader::LoadableModel> target) {
+    std::shared_ptr<model_loader::LoadableModel> target, const nlohmann::json& peer_params) {
   auto& e = engine();
   {
     std::lock_guard lock(mutex_);
@@ -67,8 +67,7 @@ void WeightUpdateController::start_weight_update(
       std::lock_guard lock(mutex_);
       adapter_round_ = true;
     }
-    on_every_rank(rank_methods::kStartWeightUpdate, nlohmann::json::object(),
-                  [&] { e.start_weight_update(); });
+    on_every_rank(rank_methods::kStartWeightUpdate, peer_params, [&] { e.start_weight_update(); });
   } catch (...) {
     end_session();
     throw;

@@ -41,10 +41,11 @@ class WeightUpdateController {
   ~WeightUpdateController();
 
   void init_weight_transfer_engine(const nlohmann::json& init_info);
-  // `target`: what the round loads into instead of the model (a LoRA adapter's staging, for an
-  // adapter round), until the session ends; null: the model. Rank 0's engine only: the caller
-  // gives one at tp = 1 alone.
-  void start_weight_update(std::shared_ptr<model_loader::LoadableModel> target = nullptr);
+  // `target`: what this rank's round loads into instead of the model (a LoRA adapter's staging,
+  // for an adapter round), until the session ends; null: the model. `peer_params` go to the
+  // other tensor-parallel ranks' start (an adapter round's `lora`: each builds its own staging).
+  void start_weight_update(std::shared_ptr<model_loader::LoadableModel> target = nullptr,
+                           const nlohmann::json& peer_params = nlohmann::json::object());
   // Always a RuntimeError with vLLM's message: the worker serves no draft model (for an engine
   // whose supports_draft_weight_update is false, vLLM's refusal of that engine comes first).
   void start_draft_weight_update();

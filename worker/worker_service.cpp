@@ -44,18 +44,35 @@ bool env_flag(const char* name) {
   return text == "1" || text == "true";
 }
 
+// An adapter round's id on the other tensor-parallel ranks: rank 0's adapter comes to carry it
+// when the round commits; otherwise (the round failed or was abandoned: the staging holding
+// this goes) the id is forgotten, and the ranks that committed under it let their shards go.
+struct PendingLoraId {
+  std::shared_ptr<TensorParallelModel> model;
+  std::uint64_t id = 0;
+  bool shared = false;
+
+  PendingLoraId(std::shared_ptr<TensorParallelModel> m, std::uint64_t i)
+      : model(std::move(m)), id(i) {}
+  ~PendingLoraId() {
+    if (!shared) model->forget_lora_id(id);
+  }
+  std::shared_ptr<const model_loader::LoraAdapter> share(
+      std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+    shared = true;
+    return model->share_lora_adapter(std::move(adapter), id);
+  }
+};
+
 }  // namespace
 
-std::shared_ptr<model_loader::LoadableModel> WorkerService::adapter_round(const json& params) {
+WorkerService::AdapterRound WorkerService::adapter_round(const json& params) {
   const auto request = protocol::StartWeightUpdateParams::from_json(params);
-  if (!request.lora_name) return nullptr;
+  if (!request.lora_name) return {};
   const std::string name = *request.lora_name;
   loras_->check_load(name, /*in_place=*/true);  // enabled, its own name, room for a new one
   const model_loader::WeightMapping* mapping = model_->weight_mapping();
-  if (mapping == nullptr) {
-    throw protocol::ValueError(
-        "a LoRA adapter's round is not served with --tensor-parallel-size above 1 yet");
-  }
+  if (mapping == nullptr) throw protocol::ValueError("this model takes no LoRA adapters");
   const auto served = loras_->entry(name);
   model_loader::LoraConfig config;
   std::set<std::string> required;  // a served adapter is replaced whole, at its config
@@ -70,11 +87,24 @@ std::shared_ptr<model_loader::LoadableModel> WorkerService::adapter_round(const 
                                "' is served: a round that makes one gives its `lora_config` "
                                "(PEFT's adapter_config.json fields: r, lora_alpha, ...)");
   }
-  return std::make_shared<model_loader::LoraStaging>(
+  AdapterRound round;
+  std::shared_ptr<PendingLoraId> pending;
+  if (sharded_) {
+    // Every other rank stages its shard of the adapter and commits it under this id.
+    pending = std::make_shared<PendingLoraId>(sharded_, sharded_->new_lora_id());
+    round.peer_params = {{"lora",
+                          {{"id", pending->id},
+                           {"config", config.to_json()},
+                           {"max_rank", loras_->limits().max_lora_rank},
+                           {"required", required}}}};
+  }
+  round.staging = std::make_shared<model_loader::LoraStaging>(
       *mapping, model_->device(), std::move(config), std::move(required),
-      [this, name](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+      [this, name, pending](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+        if (pending) adapter = pending->share(std::move(adapter));
         loras_->commit(name, std::move(adapter), "weight-transfer:" + name, finishing_version_);
       });
+  return round;
 }
 
 void WorkerService::refuse_unless_runtime_lora_updating() const {
@@ -125,7 +155,7 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
     shard_options.tensor_parallel_group = tensor_parallel_->communicator();
     shard = model_loader::load_model(options.model, shard_options);
     tensor_parallel_->wait_until_ready();
-    model_ = sharded = std::make_shared<TensorParallelModel>(shard, tensor_parallel_);
+    model_ = sharded_ = sharded = std::make_shared<TensorParallelModel>(shard, tensor_parallel_);
   } else {
     model_ = shard = model_loader::load_model(options.model, model_options_for(options));
   }
@@ -288,9 +318,13 @@ void WorkerService::bind_handlers() {
          release_hold_if_ended();
          return {{"message", "Weight transfer shut down"}};
        }},
-      {m::kStartWeightUpdate,
-       start([this](Params params) { controller_->start_weight_update(adapter_round(params)); },
-             "Weight update started")},
+      {m::kStartWeightUpdate, start(
+                                  [this](Params params) {
+                                    auto round = adapter_round(params);
+                                    controller_->start_weight_update(std::move(round.staging),
+                                                                     round.peer_params);
+                                  },
+                                  "Weight update started")},
       {m::kStartDraftWeightUpdate,
        start([this](Params) { controller_->start_draft_weight_update(); },
              "Draft weight update started")},

@@ -31,6 +31,7 @@
 namespace hotswap::worker {
 
 class TensorParallelGroup;
+class TensorParallelModel;
 
 // The model options the worker's flags ask for (device, dtype, quantization, update mode,
 // timeouts); a tensor-parallel rank adds its group.
@@ -106,10 +107,15 @@ class WorkerService {
   void bind_handlers();
   // vLLM's guard on the runtime LoRA routes: a ValueError naming the variable unless it is set.
   void refuse_unless_runtime_lora_updating() const;
-  // What start_weight_update's round loads into: the model (null), or, with hotswap's
+  // What start_weight_update's round loads into: the model (a null staging), or, with hotswap's
   // `lora_name`, a staging of that adapter, served under its name when the round finishes whole
-  // (replacing the adapter served under it, at its config, or a new one of `lora_config`).
-  std::shared_ptr<model_loader::LoadableModel> adapter_round(const nlohmann::json& params);
+  // (replacing the adapter served under it, at its config, or a new one of `lora_config`); with
+  // tensor parallelism, what the other ranks need to stage their shards of it (`peer_params`).
+  struct AdapterRound {
+    std::shared_ptr<model_loader::LoadableModel> staging;
+    nlohmann::json peer_params = nlohmann::json::object();
+  };
+  AdapterRound adapter_round(const nlohmann::json& params);
   nlohmann::json dispatch(const std::string& name, const nlohmann::json& params,
                           const CallerGone& caller_gone);
   // Runs a weight-transfer call under the one-at-a-time lock, named in health while it runs.
@@ -124,6 +130,7 @@ class WorkerService {
   // tp > 1: the other rank processes; goes after everything that uses them.
   std::shared_ptr<TensorParallelGroup> tensor_parallel_;
   std::shared_ptr<model_loader::ServableModel> model_;
+  std::shared_ptr<TensorParallelModel> sharded_;  // model_, when tp > 1
   // From the model directory's tokenizer.json, unless absent or --skip-tokenizer-init.
   std::optional<model_loader::Tokenizer> tokenizer_;
   std::unique_ptr<WeightUpdateController> controller_;

@@ -81,6 +81,14 @@ LoraConfig LoraConfig::from_json(const json& config, std::int64_t max_rank) {
   return out;
 }
 
+json LoraConfig::to_json() const {
+  return {{"peft_type", "LORA"},
+          {"r", rank},
+          {"lora_alpha", alpha},
+          {"use_rslora", use_rslora},
+          {"target_modules", target_modules}};
+}
+
 LoraConfig LoraConfig::load(const std::filesystem::path& directory, std::int64_t max_rank) {
   const auto path = directory / "adapter_config.json";
   const json config = read_json_file(path);

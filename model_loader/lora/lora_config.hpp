@@ -31,6 +31,9 @@ struct LoraConfig {
   static LoraConfig from_json(const nlohmann::json& config, std::int64_t max_rank);
   // adapter_config.json in `directory`, bounded as config.json is; errors name the file.
   static LoraConfig load(const std::filesystem::path& directory, std::int64_t max_rank);
+  // The fields it keeps, as adapter_config.json has them: from_json reads back the same config
+  // (what rank 0 hands the other tensor-parallel ranks for an adapter's round).
+  nlohmann::json to_json() const;
 };
 
 }  // namespace hotswap::model_loader

@@ -381,6 +381,56 @@ BOOST_AUTO_TEST_CASE(a_trainer_pushes_an_adapter_over_gloo_and_shm_verified) {
   }
 }
 
+// Tensor parallelism: each rank holds its own shard of every adapter (sharded as vLLM shards
+// it), whether it came from --lora-modules, /v1/load_lora_adapter or a trainer's round (each
+// rank staging what the trainer's gloo group broadcast), and concurrent requests through
+// different adapters get PEFT's tokens as at tp 1. Adapters unloaded or replaced are let go on
+// every rank, and the ones left keep serving.
+BOOST_AUTO_TEST_CASE(tensor_parallel_ranks_serve_adapters_from_a_path_and_from_a_round) {
+  const json golden = golden_lora();
+  const json base = json::parse(std::ifstream(kModel / "golden.json"));
+  ScopedEnv env("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True");
+  Worker worker({"--tensor-parallel-size", "2", "--enable-lora", "--max-loras", "3",
+                 "--lora-modules", "wide=" + (kAdapters / "wide").string(),
+                 "--weight-transfer-config", R"({"backend": "gloo"})"});
+  const auto wide = greedy_of(golden["adapters"]["wide"]),
+             narrow = greedy_of(golden["adapters"]["narrow"]);
+  BOOST_TEST(worker.greedy("wide", 8) == wide, boost::test_tools::per_element());
+  auto [status, body] =
+      worker.answer("/v1/load_lora_adapter",
+                    {{"lora_name", "narrow"}, {"lora_path", (kAdapters / "narrow").string()}});
+  BOOST_TEST(status == 200, body);
+  {  // one batch through both adapters and the base model
+    auto a = std::async(std::launch::async, [&] { return worker.greedy("wide", 8); });
+    auto b = std::async(std::launch::async, [&] { return worker.greedy("narrow", 8); });
+    auto c = std::async(std::launch::async, [&] { return worker.greedy("tiny", 8); });
+    BOOST_TEST(a.get() == wide, boost::test_tools::per_element());
+    BOOST_TEST(b.get() == narrow, boost::test_tools::per_element());
+    BOOST_TEST(c.get() == greedy_of(base), boost::test_tools::per_element());
+  }
+
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(worker.process->endpoint(), 30s);
+  auto push = [&](const std::string& adapter, const std::string& version) {
+    trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
+    info.timeout = 30s;
+    auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+        info, client, adapter_source(kAdapters / adapter));
+    const json config = json::parse(std::ifstream(kAdapters / adapter / "adapter_config.json"));
+    engine->push({version, /*verify=*/true, trainer_sdk::AdapterTarget{"policy", config}});
+    engine->shutdown();
+  };
+  push("wide", "p-1");
+  BOOST_TEST(worker.greedy("policy", 8) == wide, boost::test_tools::per_element());
+  std::tie(status, body) = worker.answer("/v1/unload_lora_adapter", {{"lora_name", "wide"}});
+  BOOST_TEST(status == 200, body);
+  push("narrow", "p-2");  // replaces policy's shards on every rank, at rank 4
+  BOOST_TEST(worker.greedy("policy", 8) == narrow, boost::test_tools::per_element());
+  BOOST_TEST(worker.greedy("narrow", 8) == narrow, boost::test_tools::per_element());
+  BOOST_TEST(client->call("weight_info")["lora_versions"] ==
+             json({{"narrow", nullptr}, {"policy", "p-2"}}));
+  BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(lora_modules_without_enable_lora_stop_the_worker_with_a_reason) {
   BOOST_CHECK_EXCEPTION(Worker({"--lora-modules", "a=" + (kAdapters / "wide").string()}),
                         std::runtime_error, [](const std::runtime_error& e) {

@@ -16,6 +16,8 @@ inline constexpr std::string_view kForward = "forward";
 inline constexpr std::string_view kZeroWeights = "zero_weights";
 inline constexpr std::string_view kRuntimeChecksums = "runtime_checksums";
 inline constexpr std::string_view kCheckpointChecksums = "checkpoint_checksums";
+// Reads a LoRA adapter from a path onto the rank's shard, held under rank 0's id for it.
+inline constexpr std::string_view kLoadLoraAdapter = "load_lora_adapter";
 
 // Weights channel.
 inline constexpr std::string_view kInitWeightTransferEngine =

@@ -2,6 +2,9 @@
 
 #include <ATen/ops/tensor.h>
 
+#include <functional>
+#include <map>
+
 #include "protocol/errors.hpp"
 #include "worker/parallel/rank_methods.hpp"
 
@@ -19,7 +22,25 @@ struct TensorParallelModel::CacheIds {
   std::vector<std::uint64_t> released;
 };
 
+// The ids of the adapters every rank holds, by rank 0's adapter; an id whose adapter went (or
+// that was never shared) is queued for release, and the next step tells the other ranks.
+struct TensorParallelModel::LoraIds {
+  std::mutex mutex;
+  std::uint64_t next = 1;
+  std::map<const model_loader::LoraAdapter*, std::uint64_t> by_adapter;
+  std::vector<std::uint64_t> released;
+};
+
 namespace {
+// Rank 0's adapter, and its id on the other ranks: the pointer that serves is the adapter's
+// own (an aliasing shared_ptr), and when the last one goes, so does the id.
+struct SharedLora {
+  std::shared_ptr<const model_loader::LoraAdapter> adapter;
+  std::uint64_t id = 0;
+  std::function<void(const model_loader::LoraAdapter*, std::uint64_t)> release;
+  ~SharedLora() { release(adapter.get(), id); }
+};
+
 // Held by a KvCache (peer_tag): its id, queued for release on every rank when the cache goes.
 struct CacheTag {
   std::uint64_t id = 0;
@@ -32,7 +53,8 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<model_loader::ServableM
                                          std::shared_ptr<TensorParallelGroup> group)
     : shard_(std::move(shard)),
       group_(std::move(group)),
-      cache_ids_(std::make_shared<CacheIds>()) {}
+      cache_ids_(std::make_shared<CacheIds>()),
+      lora_ids_(std::make_shared<LoraIds>()) {}
 
 TensorParallelModel::~TensorParallelModel() = default;
 
@@ -73,20 +95,34 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
       s.cache->peer_tag = tag;
     }
     const auto& tag = *static_cast<const CacheTag*>(s.cache->peer_tag.get());
-    slice_list.push_back(
-        {{"cache", tag.id}, {"length", s.cache->length}, {"tokens", s.num_tokens}});
+    json slice = {{"cache", tag.id}, {"length", s.cache->length}, {"tokens", s.num_tokens}};
+    if (s.lora != nullptr) {
+      std::lock_guard ids(lora_ids_->mutex);
+      auto id = lora_ids_->by_adapter.find(s.lora);
+      if (id == lora_ids_->by_adapter.end()) {
+        throw protocol::RuntimeError(
+            "a sequence runs through a LoRA adapter the other tensor-parallel ranks do not hold");
+      }
+      slice["lora"] = id->second;
+    }
+    slice_list.push_back(std::move(slice));
   }
-  std::vector<std::uint64_t> released;
+  std::vector<std::uint64_t> released, released_loras;
   {
     std::lock_guard ids(cache_ids_->mutex);
     released.swap(cache_ids_->released);
+  }
+  {
+    std::lock_guard ids(lora_ids_->mutex);
+    released_loras.swap(lora_ids_->released);
   }
   std::vector<std::int64_t> id_list(token_ids.data_ptr<std::int64_t>(),
                                     token_ids.data_ptr<std::int64_t>() + token_ids.numel());
   json params = {{"tokens", id_list},
                  {"slices", slice_list},
                  {"all_positions", all_positions},
-                 {"released", released}};
+                 {"released", released},
+                 {"released_loras", released_loras}};
   at::Tensor logits;
   collective(rank_methods::kForward, params,
              [&] { logits = shard_->forward(tokens, slices, all_positions); });
@@ -159,10 +195,50 @@ void TensorParallelModel::check_patches(
 }
 
 std::shared_ptr<const model_loader::LoraAdapter> TensorParallelModel::load_lora_adapter(
-    const std::filesystem::path& directory, std::int64_t /*max_rank*/) const {
-  throw protocol::ValueError("cannot serve the LoRA adapter in " + directory.string() +
-                             ": LoRA adapters are not served with --tensor-parallel-size above 1 "
-                             "yet");
+    const std::filesystem::path& directory, std::int64_t max_rank) const {
+  const std::uint64_t id = new_lora_id();
+  std::shared_ptr<const model_loader::LoraAdapter> mine;
+  try {
+    // Every rank reads it at once; a rank that cannot refuses as rank 0 would (the same file).
+    collective(rank_methods::kLoadLoraAdapter,
+               {{"path", directory.string()}, {"max_rank", max_rank}, {"id", id}},
+               [&] { mine = shard_->load_lora_adapter(directory, max_rank); });
+  } catch (...) {
+    forget_lora_id(id);  // the ranks that read it let it go
+    throw;
+  }
+  return share_lora_adapter(std::move(mine), id);
+}
+
+std::uint64_t TensorParallelModel::new_lora_id() const {
+  std::lock_guard ids(lora_ids_->mutex);
+  return lora_ids_->next++;
+}
+
+std::shared_ptr<const model_loader::LoraAdapter> TensorParallelModel::share_lora_adapter(
+    std::shared_ptr<const model_loader::LoraAdapter> adapter, std::uint64_t id) const {
+  auto shared = std::make_shared<SharedLora>();
+  shared->adapter = std::move(adapter);
+  shared->id = id;
+  shared->release = [ids = std::weak_ptr<LoraIds>(lora_ids_)](const model_loader::LoraAdapter* gone,
+                                                              std::uint64_t gone_id) {
+    if (auto live = ids.lock()) {
+      std::lock_guard guard(live->mutex);
+      live->by_adapter.erase(gone);
+      live->released.push_back(gone_id);
+    }
+  };
+  {
+    std::lock_guard ids(lora_ids_->mutex);
+    lora_ids_->by_adapter[shared->adapter.get()] = id;
+  }
+  const model_loader::LoraAdapter* served = shared->adapter.get();
+  return {std::move(shared), served};
+}
+
+void TensorParallelModel::forget_lora_id(std::uint64_t id) const {
+  std::lock_guard ids(lora_ids_->mutex);
+  lora_ids_->released.push_back(id);
 }
 
 }  // namespace hotswap::worker

@@ -10,6 +10,11 @@
 // this model gives the cache on its first step; the id is forgotten everywhere when the cache
 // goes or is cleared (KvCache::peer_tag: a cleared cache comes back under a new id), and each
 // step carries the caches' lengths, which the other ranks check against theirs.
+//
+// LoRA adapters likewise: each rank holds its own shard of an adapter (LoraAdapter lays it out
+// as vLLM shards it) under an id this model gives it; the adapter rank 0 serves carries the id
+// (share_lora_adapter), a step names each slice's adapter by it, and when rank 0's adapter goes
+// the next step releases the id everywhere.
 #pragma once
 
 #include <memory>
@@ -45,10 +50,22 @@ class TensorParallelModel final : public model_loader::ServableModel {
   std::map<std::string, std::string> runtime_checksums(
       const std::string& key_prefix) const override;
   std::map<std::string, std::string> checkpoint_checksums() const override;
-  // Not yet: each rank's shard lays an adapter out (LoraAdapter shards it as vLLM does), but
-  // the ranks' channel carries no adapter to load nor which one a step's sequences use.
+  // Every rank reads the adapter onto its shard; rank 0's is returned, carrying the id.
   std::shared_ptr<const model_loader::LoraAdapter> load_lora_adapter(
       const std::filesystem::path& directory, std::int64_t max_rank) const override;
+  // Rank 0's layout: what an adapter's round on rank 0 is staged onto.
+  const model_loader::WeightMapping* weight_mapping() const override {
+    return shard_->weight_mapping();
+  }
+
+  // An adapter's round: a new id for the adapter every rank will build (each rank's round is
+  // retargeted at a staging of its own, committing under this id), then rank 0's adapter, built
+  // by its own staging, made to carry it. An id never shared is forgotten (forget_lora_id) and
+  // released on the ranks that committed under it.
+  std::uint64_t new_lora_id() const;
+  std::shared_ptr<const model_loader::LoraAdapter> share_lora_adapter(
+      std::shared_ptr<const model_loader::LoraAdapter> adapter, std::uint64_t id) const;
+  void forget_lora_id(std::uint64_t id) const;
 
   // LoadableModel: rank 0's shard.
   void load_weights(const std::vector<model_loader::NamedTensor>& weights) override;
@@ -77,6 +94,8 @@ class TensorParallelModel final : public model_loader::ServableModel {
   std::shared_ptr<TensorParallelGroup> group_;
   struct CacheIds;
   std::shared_ptr<CacheIds> cache_ids_;
+  struct LoraIds;
+  std::shared_ptr<LoraIds> lora_ids_;
 };
 
 }  // namespace hotswap::worker

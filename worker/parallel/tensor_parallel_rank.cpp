@@ -11,9 +11,11 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "model_loader/intra_op_team.hpp"
+#include "model_loader/lora/lora_staging.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 #include "protocol/weight_transfer_config.hpp"
@@ -90,6 +92,11 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
   if (method == rank_methods::kForward) {
     for (const auto& id : params.at("released"))
       caches_.erase(id.get<std::uint64_t>());
+    std::unique_lock loras(loras_mutex_);
+    if (auto released = params.find("released_loras"); released != params.end()) {
+      for (const auto& id : *released)
+        loras_.erase(id.get<std::uint64_t>());
+    }
     std::vector<model_loader::ForwardSlice> slices;
     for (const auto& s : params.at("slices")) {
       model_loader::KvCache& cache = caches_[s.at("cache").get<std::uint64_t>()];
@@ -102,8 +109,17 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
                                      std::to_string(cache.length) + " positions here but " +
                                      std::to_string(length) + " on rank 0");
       }
-      slices.push_back({&cache, s.at("tokens").get<std::int64_t>()});
+      const model_loader::LoraAdapter* lora = nullptr;
+      if (auto id = s.find("lora"); id != s.end()) {
+        auto held = loras_.find(id->get<std::uint64_t>());
+        if (held == loras_.end()) {
+          throw protocol::RuntimeError("LoRA adapter " + id->dump() + " is not held on this rank");
+        }
+        lora = held->second.get();
+      }
+      slices.push_back({&cache, s.at("tokens").get<std::int64_t>(), lora});
     }
+    loras.unlock();  // the adapters stay: only this thread lets them go
     auto ids = params.at("tokens").get<std::vector<std::int64_t>>();
     try {
       model_->forward(at::tensor(ids, at::TensorOptions().dtype(at::kLong)), slices,
@@ -127,6 +143,13 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
     model_->checkpoint_checksums();  // this rank's share of putting the tensors back together
     return json::object();
   }
+  if (method == rank_methods::kLoadLoraAdapter) {
+    auto adapter = model_->load_lora_adapter(params.at("path").get<std::string>(),
+                                             params.at("max_rank").get<std::int64_t>());
+    std::lock_guard loras(loras_mutex_);
+    loras_[params.at("id").get<std::uint64_t>()] = std::move(adapter);
+    return json::object();
+  }
   throw protocol::MethodNotFound("no model call '" + method + "' on a tensor-parallel rank");
 }
 
@@ -138,7 +161,8 @@ json TensorParallelRank::weight_call(const std::string& method, const json& para
   if (method == rank_methods::kInitWeightTransferEngine) {
     c.init_weight_transfer_engine(params.at("init_info"));
   } else if (method == rank_methods::kStartWeightUpdate) {
-    c.start_weight_update();
+    auto lora = params.find("lora");
+    c.start_weight_update(lora != params.end() ? lora_staging(*lora) : nullptr);
   } else if (method == rank_methods::kUpdateWeights) {
     c.update_weights(params.at("update_info"));
   } else if (method == rank_methods::kPrepareFinish) {
@@ -155,6 +179,23 @@ json TensorParallelRank::weight_call(const std::string& method, const json& para
   // What rank 0 keeps of each rank: whether its shard is dirty, and what it has received (for
   // /metrics).
   return {{"dirty", model_->is_dirty()}, {"bytes_received", c.bytes_received()}};
+}
+
+std::shared_ptr<model_loader::LoadableModel> TensorParallelRank::lora_staging(const json& lora) {
+  const model_loader::WeightMapping* mapping = model_->weight_mapping();
+  if (mapping == nullptr) {
+    throw protocol::ValueError("this rank's model takes no LoRA adapters");
+  }
+  const auto id = lora.at("id").get<std::uint64_t>();
+  return std::make_shared<model_loader::LoraStaging>(
+      *mapping, model_->device(),
+      model_loader::LoraConfig::from_json(lora.at("config"),
+                                          lora.at("max_rank").get<std::int64_t>()),
+      lora.at("required").get<std::set<std::string>>(),
+      [this, id](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+        std::lock_guard loras(loras_mutex_);
+        loras_[id] = std::move(adapter);
+      });
 }
 
 void TensorParallelRank::serve(zmq::socket_t& socket, const EventFd& stop,

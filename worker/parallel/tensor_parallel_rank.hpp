@@ -4,14 +4,17 @@
 // engine (a rank of the trainer's group, vLLM's rank_offset + dp × tp + rank), and serves rank 0
 // on two ROUTER sockets (IPC endpoints in a directory only its user can enter), each on a thread
 // of its own: the model channel (forward steps over its copies of the sequences' KV caches,
-// checksums, resets) and the weight channel (the four-call contract, each call taking this
-// rank's element of a per-rank update_info). It has no control socket, HTTP routes or
-// scheduler, and ends with rank 0 (PR_SET_PDEATHSIG) or on SIGTERM.
+// checksums, resets, LoRA adapters read from a path) and the weight channel (the four-call
+// contract, each call taking this rank's element of a per-rank update_info; an adapter's round
+// retargeted at a staging of this rank's own). Its shards of LoRA adapters are held under rank
+// 0's ids, named by each step's slices and released by the step after rank 0's goes. It has no
+// control socket, HTTP routes or scheduler, and ends with rank 0 (PR_SET_PDEATHSIG) or on SIGTERM.
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +42,9 @@ class TensorParallelRank {
  private:
   nlohmann::json model_call(const std::string& method, const nlohmann::json& params);
   nlohmann::json weight_call(const std::string& method, const nlohmann::json& params);
+  // An adapter's round (`lora` in start_weight_update's params: rank 0's id for it, its config
+  // and the tensors it must bring): a staging that commits this rank's shard under that id.
+  std::shared_ptr<model_loader::LoadableModel> lora_staging(const nlohmann::json& lora);
   // Answers requests on `socket` with `handle` until `stop`.
   void serve(zmq::socket_t& socket, const EventFd& stop,
              nlohmann::json (TensorParallelRank::*handle)(const std::string&,
@@ -49,6 +55,10 @@ class TensorParallelRank {
   std::shared_ptr<model_loader::ServableModel> model_;
   std::unique_ptr<WeightUpdateController> controller_;
   std::map<std::uint64_t, model_loader::KvCache> caches_;  // rank 0's cache id → this rank's heads
+  // Rank 0's adapter id → this rank's shard of it: read on the model thread, committed on the
+  // weight thread (between two steps, rank 0 holding the model channel).
+  std::mutex loras_mutex_;
+  std::map<std::uint64_t, std::shared_ptr<const model_loader::LoraAdapter>> loras_;
   zmq::context_t context_;
   std::string socket_dir_;  // private (0700): the two IPC endpoints
   zmq::socket_t model_socket_, weight_socket_;
