@@ -94,7 +94,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   expect_parsed_or_refused([&] { protocol::GenerateParams::from_json(request.params); });
   expect_parsed_or_refused([&] { protocol::PauseParams::from_json(request.params); });
   expect_parsed_or_refused([&] { protocol::WorldSizeParams::from_json(request.params); });
-  expect_parsed_or_refused([&] { protocol::WeightCheckerParams::from_json(request.params); });
+  expect_parsed_or_refused([&] {
+    // hotswap's extension: an adapter's checksums, never its reset.
+    auto p = protocol::WeightCheckerParams::from_json(request.params);
+    HOTSWAP_FUZZ_CHECK(!p.lora_name || p.action != "reset");
+  });
+  expect_parsed_or_refused([&] {
+    // An adapter's round: a name never empty, and a config only with one.
+    auto p = protocol::StartWeightUpdateParams::from_json(request.params);
+    HOTSWAP_FUZZ_CHECK(!p.lora_name || !p.lora_name->empty());
+    HOTSWAP_FUZZ_CHECK(!p.lora_config || (p.lora_name && p.lora_config->is_object()));
+  });
+  expect_parsed_or_refused([&] { protocol::LoadLoraAdapterParams::from_json(request.params); });
+  expect_parsed_or_refused([&] { protocol::UnloadLoraAdapterParams::from_json(request.params); });
   expect_parsed_or_refused([&] { protocol::TokenizeParams::from_json(request.params); });
   expect_parsed_or_refused([&] { protocol::DetokenizeParams::from_json(request.params); });
   expect_parsed_or_refused([&] {

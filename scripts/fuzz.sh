@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HOTSWAP_FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=${HOTSWAP_JOBS:-2}
 seconds=${HOTSWAP_FUZZ_SECONDS:-30}
-all_targets=(jsonrpc_request backend_info safetensors_header model_config nccl_unique_id base64
+all_targets=(jsonrpc_request backend_info safetensors_header model_config lora_config nccl_unique_id base64
   bounded_json tokenizer_json tokenizer_encode http_request chat_template)
 
 targets=("$@")

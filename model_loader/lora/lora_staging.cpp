@@ -14,8 +14,16 @@ LoraStaging::LoraStaging(const WeightMapping& mapping, c10::Device device, LoraC
 
 void LoraStaging::load_weights(const std::vector<NamedTensor>& weights) {
   // Every tensor checked before any is staged: a refused batch leaves the round as it was.
-  for (const auto& [name, tensor] : weights)
+  for (const auto& [name, tensor] : weights) {
     LoraAdapter::check_tensor(config_, name, tensor.sizes(), tensor.is_floating_point(), mapping_);
+    if (!required_.empty() && !required_.contains(LoraAdapter::saved_name(name))) {
+      throw protocol::ValueError(
+          "`" + name +
+          "` is not a tensor of the adapter this round replaces at its own config (it brings "
+          "exactly the adapter's tensors; a round that changes what it adapts gives its "
+          "`lora_config`)");
+    }
+  }
   for (const auto& [name, tensor] : weights) {
     // A copy (the engine's buffer is reused for the next tensors) in the dtype it came in, so
     // that the adapter's checksums are those of the trainer's tensors.

@@ -28,8 +28,8 @@ class LoraStaging final : public LoadableModel {
   using Commit = std::function<void(std::shared_ptr<const LoraAdapter>)>;
 
   // Stages an adapter of `config` laid onto `mapping` (which must outlive it) on `device`.
-  // `required`: the saved names of every tensor the round must bring (the adapter it replaces);
-  // empty: whatever arrives is the adapter.
+  // `required`: the saved names of every tensor the round must bring, and of the only ones it
+  // may (the adapter it replaces, at its config); empty: whatever arrives is the adapter.
   LoraStaging(const WeightMapping& mapping, c10::Device device, LoraConfig config,
               std::set<std::string> required, Commit commit);
 

@@ -328,6 +328,21 @@ BOOST_AUTO_TEST_CASE(an_adapter_received_through_the_loadable_model_surface_comm
   bf16_staging.finish_reload();
   for (const auto& [name, tensor] : halves)
     BOOST_TEST(committed->checksums().at(name) == transport::sha256_hex(tensor));
+  // A round at an adapter's own config brings exactly its tensors: one of a module it does not
+  // adapt (narrow adapts q, v and down) is refused as it arrives.
+  auto narrow = model->load_lora_adapter(kGolden / "lora" / fixture / "narrow", 16);
+  model_loader::LoraStaging at_its_config(mapping, model->device(), narrow->config(),
+                                          narrow->tensor_names(),
+                                          [](std::shared_ptr<const LoraAdapter>) {});
+  at_its_config.start_reload();
+  try {
+    at_its_config.load_weights(
+        {{"base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight", at::zeros({4, 64})}});
+    BOOST_FAIL("a tensor the adapter lacks was staged");
+  } catch (const protocol::ValueError& e) {
+    BOOST_TEST(contains(e.what(), "is not a tensor of the adapter this round replaces"), e.what());
+  }
+  BOOST_TEST(at_its_config.staged() == 0u);
   // An aborted round drops what it staged.
   staging.start_reload();
   staging.load_weights(first);
