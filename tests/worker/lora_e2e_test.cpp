@@ -18,6 +18,7 @@
 #include "model_loader/safetensors_file.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
+#include "trainer_sdk/fan_out_client.hpp"
 #include "trainer_sdk/gloo_trainer_init_info.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "trainer_sdk/shm_trainer_engine.hpp"
@@ -429,6 +430,39 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_ranks_serve_adapters_from_a_path_and_from_a
   BOOST_TEST(client->call("weight_info")["lora_versions"] ==
              json({{"narrow", nullptr}, {"policy", "p-2"}}));
   BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+}
+
+// Many replicas as one: a fan-out client opens every worker's adapter round, and verify fetches
+// every worker's digests of the adapter.
+BOOST_AUTO_TEST_CASE(a_fan_out_push_updates_an_adapter_on_every_replica) {
+  const json golden = golden_lora();
+  // Data-parallel ranks 0 and 1: each worker's rank in the trainer's group follows from its own.
+  auto replica = [](int rank) {
+    return std::vector<std::string>{"--enable-lora",
+                                    "--weight-transfer-config",
+                                    R"({"backend": "gloo"})",
+                                    "--data-parallel-rank",
+                                    std::to_string(rank),
+                                    "--data-parallel-size",
+                                    "2"};
+  };
+  Worker a(replica(0)), b(replica(1));
+  auto both = std::make_shared<trainer_sdk::FanOutClient>(
+      std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>>{
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(a.process->endpoint(), 30s),
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(b.process->endpoint(), 30s)});
+  trainer_sdk::GlooTrainerInitInfo info("127.0.0.1", transport::pick_free_port(), 3, 0);
+  info.timeout = 30s;
+  auto engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(
+      info, both, adapter_source(kAdapters / "wide"));
+  const json config = json::parse(std::ifstream(kAdapters / "wide" / "adapter_config.json"));
+  engine->push({"fan-1", /*verify=*/true, trainer_sdk::AdapterTarget{"policy", config}});
+  BOOST_TEST(both->adapter_checksums("policy").size() == 2u);
+  for (Worker* w : {&a, &b}) {
+    BOOST_TEST(w->greedy("policy", 8) == greedy_of(golden["adapters"]["wide"]),
+               boost::test_tools::per_element());
+  }
+  engine->shutdown();
 }
 
 BOOST_AUTO_TEST_CASE(lora_modules_without_enable_lora_stop_the_worker_with_a_reason) {

@@ -15,6 +15,9 @@ One import gives both halves:
             ...  # train
             engine.push(weight_version=f"step-{step}", verify=True)
 
+A LoRA adapter alone is pushed the same way: `source=hotswap.LoraSource(peft_model)` and
+`engine.push(lora_name="policy", lora_config=hotswap.lora_config_of(peft_model), verify=True)`.
+
 Errors are vLLM's kinds: ValueError (bad input), RuntimeError (wrong state or order),
 TimeoutError (a wait ran out), hotswap.TransferError (a data plane failed; a RuntimeError).
 """
