@@ -1,12 +1,15 @@
 #include "model_loader/lora/lora_adapter.hpp"
 
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <string_view>
+#include <vector>
 
 #include "model_loader/parameter_store.hpp"
 #include "model_loader/safetensors_file.hpp"
@@ -58,6 +61,28 @@ std::pair<std::string, bool> module_of(std::string_view given) {
   throw protocol::ValueError(quoted +
                              " is not a tensor of a LoRA adapter as PEFT writes one "
                              "(`<module>.lora_A.weight` and `<module>.lora_B.weight`)");
+}
+
+// SHA-256 of each tensor by its saved name; on the CPU, several at once (they are most of an
+// adapter's build).
+std::map<std::string, std::string> digests_of(const LoraAdapter::NamedTensors& tensors) {
+  std::vector<std::string> hex(tensors.size());
+  const bool on_cpu = std::all_of(tensors.begin(), tensors.end(),
+                                  [](const auto& named) { return named.second.is_cpu(); });
+  auto digest = [&](std::int64_t begin, std::int64_t end) {
+    for (auto i = static_cast<std::size_t>(begin); i < static_cast<std::size_t>(end); ++i)
+      hex[i] = transport::sha256_hex(tensors[i].second);
+  };
+  const auto count = static_cast<std::int64_t>(tensors.size());
+  if (on_cpu) {
+    at::parallel_for(0, count, 1, digest);
+  } else {
+    digest(0, count);  // each one copied off the device first
+  }
+  std::map<std::string, std::string> out;
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    out[LoraAdapter::saved_name(tensors[i].first)] = std::move(hex[i]);
+  return out;
 }
 
 }  // namespace
@@ -160,11 +185,9 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& c
   }
   std::shared_ptr<LoraAdapter> adapter(new LoraAdapter);
   adapter->config_ = config;
-  for (const auto& [name, tensor] : tensors) {
-    const std::string saved = saved_name(name);
-    adapter->tensor_names_.insert(saved);
-    adapter->checksums_[saved] = transport::sha256_hex(tensor);
-  }
+  adapter->checksums_ = digests_of(tensors);
+  for (const auto& [name, digest] : adapter->checksums_)
+    adapter->tensor_names_.insert(name);
   adapter->pairs_.resize(mapping.runtime_params().size());
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   const double scaling = config.scaling();
@@ -175,19 +198,22 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::from_tensors(const LoraConfig& c
     const std::int64_t rows = mapping.runtime_params()[param].shape[0];
     const std::int64_t r = config.rank;
     const auto total = static_cast<std::int64_t>(parts.size()) * r;
-    std::vector<at::Tensor> as;
-    at::Tensor b = at::zeros({rows, total}, options);
+    // Written transposed in place, one pass per tensor (converted, and B scaled, as it lands):
+    // a build is most of what an adapter's round costs past its transfer.
+    at::Tensor a_t, b_t = at::zeros({total, rows}, options);
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const CheckpointSlot& slot = *parts[i]->slot;
+      const auto columns = static_cast<std::int64_t>(i) * r;
       // Column-parallel (dim 0): this rank's rows of B; row-parallel (dim 1): its columns of A.
       const at::Tensor a = slot.shard.dim == 1 ? kept_part(parts[i]->a, slot) : parts[i]->a;
       const at::Tensor kept_b = slot.shard.dim == 0 ? kept_part(parts[i]->b, slot) : parts[i]->b;
-      as.push_back(a.to(options));
-      b.narrow(0, slot.row_offset, kept_b.size(0))
-          .narrow(1, static_cast<std::int64_t>(i) * r, r)
-          .copy_(kept_b.to(at::kFloat) * scaling);
+      if (!a_t.defined()) a_t = at::empty({a.size(1), total}, options);
+      a_t.narrow(1, columns, r).copy_(a.t());
+      at::Tensor block = b_t.narrow(0, columns, r).narrow(1, slot.row_offset, kept_b.size(0));
+      block.copy_(kept_b.t());
+      block.mul_(scaling);
     }
-    adapter->pairs_[param] = LoraPair{at::cat(as, 0).t().contiguous(), b.t().contiguous()};
+    adapter->pairs_[param] = LoraPair{std::move(a_t), std::move(b_t)};
     adapter->adapted_modules_ += parts.size();
   }
   return adapter;
