@@ -31,7 +31,8 @@ namespace hotswap::trainer_sdk {
 
 // What a round may add to send_weights: the version the workers commit, a bit-for-bit check of
 // what they serve against the source after finish, and the LoRA adapter the round updates
-// instead of the model (the source then yields the adapter's tensors, by PEFT's names).
+// instead of the model (the source then yields the adapter's tensors by PEFT's saved names,
+// `...q_proj.lora_A.weight`: the names the workers key the adapter's digests by).
 struct SendOptions {
   std::optional<std::string> weight_version;
   bool verify = false;

@@ -44,27 +44,23 @@ bool env_flag(const char* name) {
   return text == "1" || text == "true";
 }
 
-// An adapter round's id on the other tensor-parallel ranks: rank 0's adapter comes to carry it
-// when the round commits; otherwise (the round failed or was abandoned: the staging holding
-// this goes) the id is forgotten, and the ranks that committed under it let their shards go.
-struct PendingLoraId {
-  std::shared_ptr<TensorParallelModel> model;
-  std::uint64_t id = 0;
-  bool shared = false;
+}  // namespace
 
-  PendingLoraId(std::shared_ptr<TensorParallelModel> m, std::uint64_t i)
-      : model(std::move(m)), id(i) {}
-  ~PendingLoraId() {
-    if (!shared) model->forget_lora_id(id);
-  }
-  std::shared_ptr<const model_loader::LoraAdapter> share(
-      std::shared_ptr<const model_loader::LoraAdapter> adapter) {
-    shared = true;
-    return model->share_lora_adapter(std::move(adapter), id);
+// An adapter's round in flight: rank 0's adapter once its staging has built it, and, with tensor
+// parallelism, the id the other ranks commit their shards under. It is served only after every
+// rank's finish returned (serve_adapter_round): a rank that failed leaves nothing served. An id
+// never served is forgotten when this goes, and the ranks that committed under it let go.
+struct WorkerService::PendingAdapter {
+  std::string name;
+  std::shared_ptr<TensorParallelModel> sharded;  // tp > 1
+  std::uint64_t id = 0;
+  std::shared_ptr<const model_loader::LoraAdapter> built;
+  bool served = false;
+
+  ~PendingAdapter() {
+    if (sharded && !served) sharded->forget_lora_id(id);
   }
 };
-
-}  // namespace
 
 WorkerService::AdapterRound WorkerService::adapter_round(const json& params) {
   const auto request = protocol::StartWeightUpdateParams::from_json(params);
@@ -88,23 +84,35 @@ WorkerService::AdapterRound WorkerService::adapter_round(const json& params) {
                                "(PEFT's adapter_config.json fields: r, lora_alpha, ...)");
   }
   AdapterRound round;
-  std::shared_ptr<PendingLoraId> pending;
+  round.pending = std::make_shared<PendingAdapter>();
+  round.pending->name = name;
   if (sharded_) {
     // Every other rank stages its shard of the adapter and commits it under this id.
-    pending = std::make_shared<PendingLoraId>(sharded_, sharded_->new_lora_id());
-    round.peer_params = {{"lora",
-                          {{"id", pending->id},
-                           {"config", config.to_json()},
-                           {"max_rank", loras_->limits().max_lora_rank},
-                           {"required", required}}}};
+    round.pending->sharded = sharded_;
+    round.pending->id = sharded_->new_lora_id();
+    round.peer_params["lora"] = {{"id", round.pending->id},
+                                 {"config", config.to_json()},
+                                 {"max_rank", loras_->limits().max_lora_rank},
+                                 {"required", required}};
   }
   round.staging = std::make_shared<model_loader::LoraStaging>(
       *mapping, model_->device(), std::move(config), std::move(required),
-      [this, name, pending](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
-        if (pending) adapter = pending->share(std::move(adapter));
-        loras_->commit(name, std::move(adapter), "weight-transfer:" + name, finishing_version_);
+      [pending = round.pending](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
+        pending->built = std::move(adapter);
       });
   return round;
+}
+
+void WorkerService::serve_adapter_round(const std::optional<std::string>& version) {
+  auto pending = std::move(pending_adapter_);
+  if (!pending || !pending->built) return;
+  auto adapter = std::move(pending->built);
+  if (pending->sharded) {
+    // The id's release is the shared adapter's from here on, served or not.
+    adapter = pending->sharded->share_lora_adapter(std::move(adapter), pending->id);
+    pending->served = true;
+  }
+  loras_->commit(pending->name, std::move(adapter), "weight-transfer:" + pending->name, version);
 }
 
 void WorkerService::refuse_unless_runtime_lora_updating() const {
@@ -292,7 +300,10 @@ void WorkerService::bind_handlers() {
   auto start = [this, inplace, release_hold_if_ended](std::function<void(Params)> begin,
                                                       const char* message) {
     return [this, inplace, release_hold_if_ended, begin, message](Params params, Gone) -> json {
-      if (inplace && !update_hold_ && !controller_->session_active()) {
+      // An adapter's round writes no weight the model reads: generation goes on.
+      const bool for_adapter =
+          params.is_object() && params.contains("lora_name") && !params.at("lora_name").is_null();
+      if (inplace && !for_adapter && !update_hold_ && !controller_->session_active()) {
         scheduler_->hold();
         update_hold_ = true;
       }
@@ -318,13 +329,20 @@ void WorkerService::bind_handlers() {
          release_hold_if_ended();
          return {{"message", "Weight transfer shut down"}};
        }},
-      {m::kStartWeightUpdate, start(
-                                  [this](Params params) {
-                                    auto round = adapter_round(params);
-                                    controller_->start_weight_update(std::move(round.staging),
-                                                                     round.peer_params);
-                                  },
-                                  "Weight update started")},
+      {m::kStartWeightUpdate,
+       start(
+           [this](Params params) {
+             auto round = adapter_round(params);
+             if (sharded_) {
+               // Adapters rank 0 let go: their shards go too (training
+               // may push many rounds without a step between them).
+               round.peer_params["released_loras"] = sharded_->take_released_loras();
+             }
+             pending_adapter_.reset();
+             controller_->start_weight_update(std::move(round.staging), round.peer_params);
+             pending_adapter_ = std::move(round.pending);
+           },
+           "Weight update started")},
       {m::kStartDraftWeightUpdate,
        start([this](Params) { controller_->start_draft_weight_update(); },
              "Draft weight update started")},
@@ -345,9 +363,12 @@ void WorkerService::bind_handlers() {
          // Staged: the commit and the new version land together between two generation steps.
          if (!update_hold_) scheduler_->hold();
          try {
-           finishing_version_ = version;
            controller_->finish_weight_update(version);
+           // Every rank finished: an adapter's round serves its adapter now, still between two
+           // steps.
+           serve_adapter_round(version);
          } catch (...) {
+           pending_adapter_.reset();
            if (!update_hold_) scheduler_->release();
            release_hold_if_ended();
            throw;

@@ -111,11 +111,16 @@ class WorkerService {
   // `lora_name`, a staging of that adapter, served under its name when the round finishes whole
   // (replacing the adapter served under it, at its config, or a new one of `lora_config`); with
   // tensor parallelism, what the other ranks need to stage their shards of it (`peer_params`).
+  struct PendingAdapter;
   struct AdapterRound {
     std::shared_ptr<model_loader::LoadableModel> staging;
     nlohmann::json peer_params = nlohmann::json::object();
+    std::shared_ptr<PendingAdapter> pending;  // what the staging built, until it is served
   };
   AdapterRound adapter_round(const nlohmann::json& params);
+  // After every rank's finish returned: serves the adapter the round in progress built, under
+  // its name, at `version` (nothing for a model's round, or one that built nothing).
+  void serve_adapter_round(const std::optional<std::string>& version);
   nlohmann::json dispatch(const std::string& name, const nlohmann::json& params,
                           const CallerGone& caller_gone);
   // Runs a weight-transfer call under the one-at-a-time lock, named in health while it runs.
@@ -140,9 +145,8 @@ class WorkerService {
   // vLLM's guard on /v1/load_lora_adapter and /v1/unload_lora_adapter: the environment's
   // VLLM_ALLOW_RUNTIME_LORA_UPDATING, read at start-up.
   bool runtime_lora_updating_ = false;
-  // The weight_version finish_weight_update is committing: an adapter's round serves it as the
-  // adapter's version (its commit runs inside the finish).
-  std::optional<std::string> finishing_version_;
+  // The adapter's round in progress, if the session is one.
+  std::shared_ptr<PendingAdapter> pending_adapter_;
   ServingMetrics metrics_;  // before the scheduler, which records into it
   std::unique_ptr<GenerationScheduler> scheduler_;
   // /tokenize's answer for `text` (a prompt, or a rendered conversation).

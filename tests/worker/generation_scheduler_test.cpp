@@ -229,9 +229,11 @@ BOOST_FIXTURE_TEST_CASE(a_request_through_an_adapter_takes_its_new_version_at_th
   BOOST_TEST((spans[0].start == 0 && spans[0].end == 2));
   BOOST_TEST((spans[1].lora && spans[1].lora_version == "a2"));
   BOOST_TEST((spans[1].start == 2 && spans[1].end == 5));
-  // Unloaded after the first token: the request finishes on the adapter it has.
+  // Unloaded after the first token, and another adapter served under the name after the
+  // second: the request finishes on the adapter it has.
   spans = through_policy(4, [&](std::size_t tokens) {
     if (tokens == 1) loras.unload("policy");
+    if (tokens == 2) loras.commit("policy", adapter(3), "test", "other");
   });
   BOOST_REQUIRE(spans.size() == 1u);
   BOOST_TEST((spans[0].lora_version == "a2" && spans[0].end == 4));

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/safetensors_file.hpp"
+#include "model_loader/safetensors_writer.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
@@ -422,6 +423,35 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_ranks_serve_adapters_from_a_path_and_from_a
   };
   push("wide", "p-1");
   BOOST_TEST(worker.greedy("policy", 8) == wide, boost::test_tools::per_element());
+  {
+    // A round that fails at finish on rank 1 alone (its share of update_info is half the
+    // adapter: every lora_A, no lora_B) serves nothing, on rank 0 either: what a request through
+    // the adapter would need from rank 1, rank 1 does not hold.
+    testing::TempDir half;
+    auto file = model_loader::SafetensorsFile::open(
+        (kAdapters / "wide" / "adapter_model.safetensors").string());
+    std::vector<std::pair<std::string, at::Tensor>> a_only;
+    for (const auto& info : file->tensors()) {
+      if (info.name.find(".lora_A.") != std::string::npos)
+        a_only.emplace_back(info.name, file->tensor(info).clone());
+    }
+    model_loader::save_safetensors((half.path / "adapter_model.safetensors").string(), a_only);
+    Worker disk({"--tensor-parallel-size", "2", "--enable-lora", "--weight-transfer-config",
+                 R"({"backend": "disk"})"});
+    trainer_sdk::RpcClient rpc(disk.process->endpoint(), 30s);
+    const json config = json::parse(std::ifstream(kAdapters / "wide" / "adapter_config.json"));
+    rpc.call("init_weight_transfer_engine", {{"init_info", json::object()}});
+    rpc.call("start_weight_update", {{"lora_name", "split"}, {"lora_config", config}});
+    rpc.call("update_weights",
+             {{"update_info",
+               {{{"path", (kAdapters / "wide").string()}}, {{"path", half.path.string()}}}}});
+    auto [code, message] = testing::rpc_error(rpc, "finish_weight_update", json::object());
+    BOOST_TEST(message.find("and no lora_B") != std::string::npos, message);
+    std::tie(status, body) =
+        disk.answer("/v1/completions", {{"model", "split"}, {"prompt", {1}}, {"max_tokens", 2}});
+    BOOST_TEST(status == 404, body);
+    BOOST_TEST(disk.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());
+  }
   std::tie(status, body) = worker.answer("/v1/unload_lora_adapter", {{"lora_name", "wide"}});
   BOOST_TEST(status == 200, body);
   push("narrow", "p-2");  // replaces policy's shards on every rank, at rank 4
@@ -463,6 +493,33 @@ BOOST_AUTO_TEST_CASE(a_fan_out_push_updates_an_adapter_on_every_replica) {
                boost::test_tools::per_element());
   }
   engine->shutdown();
+}
+
+// An adapter is served only once its round has finished on every rank: a finish that fails
+// (here, the one slot --max-loras allows taken by a load meanwhile) serves nothing, and what was
+// served stays.
+BOOST_AUTO_TEST_CASE(an_adapter_round_whose_finish_fails_serves_nothing) {
+  const json golden = golden_lora();
+  ScopedEnv env("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True");
+  Worker worker({"--enable-lora", "--weight-transfer-config", R"({"backend": "disk"})"});
+  trainer_sdk::RpcClient client(worker.process->endpoint(), 30s);
+  const json config = json::parse(std::ifstream(kAdapters / "wide" / "adapter_config.json"));
+  client.call("init_weight_transfer_engine", {{"init_info", json::object()}});
+  client.call("start_weight_update", {{"lora_name", "late"}, {"lora_config", config}});
+  client.call("update_weights", {{"update_info", {{"path", (kAdapters / "wide").string()}}}});
+  auto [status, body] =
+      worker.answer("/v1/load_lora_adapter",
+                    {{"lora_name", "early"}, {"lora_path", (kAdapters / "narrow").string()}});
+  BOOST_TEST(status == 200, body);
+  auto [code, message] =
+      testing::rpc_error(client, "finish_weight_update", {{"weight_version", "late-1"}});
+  BOOST_TEST(message.find("as many as --max-loras 1 allows") != std::string::npos, message);
+  BOOST_TEST(client.call("models", json::object())["data"].size() == 2u);  // the model, early
+  BOOST_TEST(worker.greedy("early", 8) == greedy_of(golden["adapters"]["narrow"]),
+             boost::test_tools::per_element());
+  std::tie(status, body) = worker.answer("/v1/completions", {{"model", "late"}, {"prompt", {1}}});
+  BOOST_TEST(status == 404);
+  BOOST_TEST(client.call("weight_info")["lora_versions"] == json({{"early", nullptr}}));
 }
 
 BOOST_AUTO_TEST_CASE(lora_modules_without_enable_lora_stop_the_worker_with_a_reason) {

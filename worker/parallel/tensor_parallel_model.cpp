@@ -107,14 +107,10 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
     }
     slice_list.push_back(std::move(slice));
   }
-  std::vector<std::uint64_t> released, released_loras;
+  std::vector<std::uint64_t> released;
   {
     std::lock_guard ids(cache_ids_->mutex);
     released.swap(cache_ids_->released);
-  }
-  {
-    std::lock_guard ids(lora_ids_->mutex);
-    released_loras.swap(lora_ids_->released);
   }
   std::vector<std::int64_t> id_list(token_ids.data_ptr<std::int64_t>(),
                                     token_ids.data_ptr<std::int64_t>() + token_ids.numel());
@@ -122,7 +118,7 @@ at::Tensor TensorParallelModel::forward(const at::Tensor& tokens,
                  {"slices", slice_list},
                  {"all_positions", all_positions},
                  {"released", released},
-                 {"released_loras", released_loras}};
+                 {"released_loras", take_released_loras()}};
   at::Tensor logits;
   collective(rank_methods::kForward, params,
              [&] { logits = shard_->forward(tokens, slices, all_positions); });
@@ -201,7 +197,10 @@ std::shared_ptr<const model_loader::LoraAdapter> TensorParallelModel::load_lora_
   try {
     // Every rank reads it at once; a rank that cannot refuses as rank 0 would (the same file).
     collective(rank_methods::kLoadLoraAdapter,
-               {{"path", directory.string()}, {"max_rank", max_rank}, {"id", id}},
+               {{"path", directory.string()},
+                {"max_rank", max_rank},
+                {"id", id},
+                {"released_loras", take_released_loras()}},
                [&] { mine = shard_->load_lora_adapter(directory, max_rank); });
   } catch (...) {
     forget_lora_id(id);  // the ranks that read it let it go
@@ -239,6 +238,13 @@ std::shared_ptr<const model_loader::LoraAdapter> TensorParallelModel::share_lora
 void TensorParallelModel::forget_lora_id(std::uint64_t id) const {
   std::lock_guard ids(lora_ids_->mutex);
   lora_ids_->released.push_back(id);
+}
+
+std::vector<std::uint64_t> TensorParallelModel::take_released_loras() const {
+  std::vector<std::uint64_t> released;
+  std::lock_guard ids(lora_ids_->mutex);
+  released.swap(lora_ids_->released);
+  return released;
 }
 
 }  // namespace hotswap::worker

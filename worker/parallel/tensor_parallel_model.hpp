@@ -66,6 +66,9 @@ class TensorParallelModel final : public model_loader::ServableModel {
   std::shared_ptr<const model_loader::LoraAdapter> share_lora_adapter(
       std::shared_ptr<const model_loader::LoraAdapter> adapter, std::uint64_t id) const;
   void forget_lora_id(std::uint64_t id) const;
+  // The ids let go since the last call, for the other ranks to let their shards go: sent with
+  // each step, each adapter read from a path and each round's start.
+  std::vector<std::uint64_t> take_released_loras() const;
 
   // LoadableModel: rank 0's shard.
   void load_weights(const std::vector<model_loader::NamedTensor>& weights) override;

@@ -93,10 +93,7 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
     for (const auto& id : params.at("released"))
       caches_.erase(id.get<std::uint64_t>());
     std::unique_lock loras(loras_mutex_);
-    if (auto released = params.find("released_loras"); released != params.end()) {
-      for (const auto& id : *released)
-        loras_.erase(id.get<std::uint64_t>());
-    }
+    release_loras(params);
     std::vector<model_loader::ForwardSlice> slices;
     for (const auto& s : params.at("slices")) {
       model_loader::KvCache& cache = caches_[s.at("cache").get<std::uint64_t>()];
@@ -119,7 +116,9 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
       }
       slices.push_back({&cache, s.at("tokens").get<std::int64_t>(), lora});
     }
-    loras.unlock();  // the adapters stay: only this thread lets them go
+    // Unlocked for the step: an id is let go only after rank 0's adapter went, i.e. after the
+    // last step through it returned on every rank, so none of these goes meanwhile.
+    loras.unlock();
     auto ids = params.at("tokens").get<std::vector<std::int64_t>>();
     try {
       model_->forward(at::tensor(ids, at::TensorOptions().dtype(at::kLong)), slices,
@@ -147,6 +146,7 @@ json TensorParallelRank::model_call(const std::string& method, const json& param
     auto adapter = model_->load_lora_adapter(params.at("path").get<std::string>(),
                                              params.at("max_rank").get<std::int64_t>());
     std::lock_guard loras(loras_mutex_);
+    release_loras(params);
     loras_[params.at("id").get<std::uint64_t>()] = std::move(adapter);
     return json::object();
   }
@@ -161,6 +161,10 @@ json TensorParallelRank::weight_call(const std::string& method, const json& para
   if (method == rank_methods::kInitWeightTransferEngine) {
     c.init_weight_transfer_engine(params.at("init_info"));
   } else if (method == rank_methods::kStartWeightUpdate) {
+    {
+      std::lock_guard loras(loras_mutex_);
+      release_loras(params);
+    }
     auto lora = params.find("lora");
     c.start_weight_update(lora != params.end() ? lora_staging(*lora) : nullptr);
   } else if (method == rank_methods::kUpdateWeights) {
@@ -179,6 +183,13 @@ json TensorParallelRank::weight_call(const std::string& method, const json& para
   // What rank 0 keeps of each rank: whether its shard is dirty, and what it has received (for
   // /metrics).
   return {{"dirty", model_->is_dirty()}, {"bytes_received", c.bytes_received()}};
+}
+
+void TensorParallelRank::release_loras(const json& params) {
+  if (auto released = params.find("released_loras"); released != params.end()) {
+    for (const auto& id : *released)
+      loras_.erase(id.get<std::uint64_t>());
+  }
 }
 
 std::shared_ptr<model_loader::LoadableModel> TensorParallelRank::lora_staging(const json& lora) {

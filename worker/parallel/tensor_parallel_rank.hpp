@@ -45,6 +45,9 @@ class TensorParallelRank {
   // An adapter's round (`lora` in start_weight_update's params: rank 0's id for it, its config
   // and the tensors it must bring): a staging that commits this rank's shard under that id.
   std::shared_ptr<model_loader::LoadableModel> lora_staging(const nlohmann::json& lora);
+  // With loras_mutex_ held: lets go the adapters `params`' "released_loras" names (rank 0 let
+  // them go; sent with steps, adapter loads and rounds' starts).
+  void release_loras(const nlohmann::json& params);
   // Answers requests on `socket` with `handle` until `stop`.
   void serve(zmq::socket_t& socket, const EventFd& stop,
              nlohmann::json (TensorParallelRank::*handle)(const std::string&,
@@ -55,8 +58,8 @@ class TensorParallelRank {
   std::shared_ptr<model_loader::ServableModel> model_;
   std::unique_ptr<WeightUpdateController> controller_;
   std::map<std::uint64_t, model_loader::KvCache> caches_;  // rank 0's cache id → this rank's heads
-  // Rank 0's adapter id → this rank's shard of it: read on the model thread, committed on the
-  // weight thread (between two steps, rank 0 holding the model channel).
+  // Rank 0's adapter id → this rank's shard of it: read on the model thread, committed and let go
+  // on either (a round's commit runs between two steps, rank 0 holding the model channel).
   std::mutex loras_mutex_;
   std::map<std::uint64_t, std::shared_ptr<const model_loader::LoraAdapter>> loras_;
   zmq::context_t context_;

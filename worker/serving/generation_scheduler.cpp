@@ -424,7 +424,9 @@ void GenerationScheduler::refresh_adapters() {
   for (auto& r : running_) {
     if (r.lora_name.empty()) continue;
     auto served = loras_->find(r.lora_name);
-    if (!served) continue;  // unloaded: it finishes on the adapter it has
+    // Unloaded (and maybe another adapter loaded under the name): it finishes on the one it has.
+    if (!served || (r.lora_id != 0 && served->id != r.lora_id)) continue;
+    r.lora_id = served->id;
     if (served->adapter != r.sequence->lora()) r.sequence->set_lora(std::move(served->adapter));
     r.lora_version = std::move(served->version);
   }

@@ -166,6 +166,7 @@ class GenerationScheduler {
     std::string request_id;
     std::string lora_name;
     std::optional<std::string> lora_version;  // of the adapter its next step runs through
+    std::int64_t lora_id = 0;  // the registry entry it runs through (0: not looked up yet)
     std::unique_ptr<model_loader::Sequence> sequence;
     Completion done;
     Clock::time_point deadline;
@@ -190,7 +191,8 @@ class GenerationScheduler {
   // Moves waiting requests into the batch within the limits.
   void admit();
   // With the lock held, before a step: each running request through a LoRA adapter takes the
-  // adapter served under its name now (kept when it was unloaded), and its version.
+  // adapter served under its name now, and its version; one whose adapter was unloaded (the name
+  // gone, or now another adapter's) finishes on the one it has.
   void refresh_adapters();
   // Ends every request whose deadline passed; returns the earliest deadline left.
   Clock::time_point expire(Clock::time_point now);

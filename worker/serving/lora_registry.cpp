@@ -52,6 +52,7 @@ void LoraRegistry::check_room(std::size_t loaded) const {
 }
 
 void LoraRegistry::place(LoraModule module, Served served, bool in_place) {
+  // served.id is the entry's to give: kept in place, the next one for a new entry.
   std::lock_guard lock(mutex_);
   if (auto it = adapters_.find(module.name); it != adapters_.end()) {
     if (!in_place) {
@@ -129,7 +130,7 @@ std::optional<LoraRegistry::Served> LoraRegistry::find(std::string_view name) co
   std::lock_guard lock(mutex_);
   auto it = adapters_.find(name);
   if (it == adapters_.end()) return std::nullopt;
-  return Served{it->second.adapter, it->second.version};
+  return Served{it->second.adapter, it->second.version, it->second.id};
 }
 
 std::vector<LoraRegistry::Entry> LoraRegistry::list() const {

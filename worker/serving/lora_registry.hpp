@@ -49,10 +49,12 @@ class LoraRegistry {
     // round that gave none).
     std::optional<std::string> version;
   };
-  // What a request runs through: the adapter served under a name, and its version.
+  // What a request runs through: the adapter served under a name, its version, and the id of
+  // the entry (kept when the adapter is replaced in place; a new one after an unload and load).
   struct Served {
     std::shared_ptr<const model_loader::LoraAdapter> adapter;
     std::optional<std::string> version;
+    std::int64_t id = 0;
   };
 
   // `model` must outlive the registry; `served_model_name` is the name requests give the model
