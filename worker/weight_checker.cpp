@@ -5,7 +5,6 @@
 #include "model_loader/lora/lora_adapter.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
-#include "worker/serving/model_not_found_error.hpp"
 
 namespace hotswap::worker {
 
@@ -35,11 +34,8 @@ nlohmann::json WeightChecker::handle(const nlohmann::json& params) {
   const auto request = protocol::WeightCheckerParams::from_json(params);
   auto digests = [&]() -> std::map<std::string, std::string> {
     if (request.lora_name) {
-      auto served = loras_ != nullptr ? loras_->find(*request.lora_name) : std::nullopt;
-      if (!served) {
-        throw ModelNotFoundError("The lora adapter '" + *request.lora_name + "' cannot be found.");
-      }
-      return served->adapter->checksums();
+      if (loras_ == nullptr) throw protocol::ValueError("this worker serves no LoRA adapters");
+      return loras_->served(*request.lora_name).adapter->checksums();
     }
     return request.format == "checkpoint" ? model_->checkpoint_checksums()
                                           : model_->runtime_checksums(key_prefix_);

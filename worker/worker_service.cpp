@@ -338,8 +338,9 @@ void WorkerService::bind_handlers() {
                // may push many rounds without a step between them).
                round.peer_params["released_loras"] = sharded_->take_released_loras();
              }
-             pending_adapter_.reset();
              controller_->start_weight_update(std::move(round.staging), round.peer_params);
+             // Only once it started: a start refused (a session already active) leaves that
+             // session's adapter to be served.
              pending_adapter_ = std::move(round.pending);
            },
            "Weight update started")},
@@ -368,7 +369,7 @@ void WorkerService::bind_handlers() {
            // steps.
            serve_adapter_round(version);
          } catch (...) {
-           pending_adapter_.reset();
+           if (!controller_->session_active()) pending_adapter_.reset();
            if (!update_hold_) scheduler_->release();
            release_hold_if_ended();
            throw;

@@ -343,6 +343,13 @@ BOOST_AUTO_TEST_CASE(an_adapter_received_through_the_loadable_model_surface_comm
     BOOST_TEST(contains(e.what(), "is not a tensor of the adapter this round replaces"), e.what());
   }
   BOOST_TEST(at_its_config.staged() == 0u);
+  // The sparse planes' patches address a model's weights: refused by name.
+  try {
+    at_its_config.check_patches({});
+    BOOST_FAIL("a staging took sparse patches");
+  } catch (const protocol::ValueError& e) {
+    BOOST_TEST(contains(e.what(), "sparse patches address the model's weights"), e.what());
+  }
   // An aborted round drops what it staged.
   staging.start_reload();
   staging.load_weights(first);

@@ -65,6 +65,16 @@ BOOST_AUTO_TEST_CASE(every_method_validates_its_body_without_a_worker) {
                           "Invalid pause mode 'sleep': expected abort, wait or keep");
   HOTSWAP_CHECK_THROW_MSG(validate_params("weight_checker", {{"action", "compare"}}), ValueError,
                           "action='compare' requires a 'baseline' object");
+  // hotswap's lora_name: an adapter's checksums are of its tensors as they arrived, and a reset
+  // zeroes the model alone.
+  validate_params("weight_checker", {{"action", "checksum"}, {"lora_name", "a"}});
+  HOTSWAP_CHECK_THROW_MSG(
+      validate_params("weight_checker", {{"action", "reset"}, {"lora_name", "a"}}), ValueError,
+      "takes no 'lora_name'");
+  HOTSWAP_CHECK_THROW_MSG(
+      validate_params("weight_checker",
+                      {{"action", "checksum"}, {"format", "runtime"}, {"lora_name", "a"}}),
+      ValueError, "format='checkpoint' (or none) with 'lora_name'");
   HOTSWAP_CHECK_THROW_MSG(validate_params("finish_weight_update", {{"weight_version", 3}}),
                           ValueError, "`weight_version` must be a string");
   HOTSWAP_CHECK_THROW_MSG(validate_params("nope", json::object()), MethodNotFound,

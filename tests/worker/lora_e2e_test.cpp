@@ -271,7 +271,12 @@ BOOST_AUTO_TEST_CASE(an_adapter_moves_through_the_four_calls) {
   };
   client.call("init_weight_transfer_engine", {{"init_info", json::object()}});
   // A new adapter from the trainer: its config in the start, no file on the worker's disk named.
-  round({{"lora_name", "policy"}, {"lora_config", narrow_config}}, kAdapters / "narrow");
+  // A second start meanwhile is refused and leaves the round's adapter to be served.
+  client.call("start_weight_update", {{"lora_name", "policy"}, {"lora_config", narrow_config}});
+  const auto nested = testing::rpc_error(client, "start_weight_update", json::object());
+  BOOST_TEST(nested.second.find("already active") != std::string::npos, nested.second);
+  client.call("update_weights", {{"update_info", {{"path", (kAdapters / "narrow").string()}}}});
+  client.call("finish_weight_update", {{"weight_version", "adapter-1"}});
   BOOST_TEST(worker.greedy("policy", 8) == greedy_of(golden["adapters"]["narrow"]),
              boost::test_tools::per_element());
   BOOST_TEST(worker.greedy("tiny", 8) == greedy_of(base), boost::test_tools::per_element());

@@ -117,13 +117,22 @@ std::optional<LoraRegistry::Entry> LoraRegistry::entry(std::string_view name) co
   return it->second;
 }
 
+namespace {
+ModelNotFoundError not_loaded(std::string_view name) {
+  return ModelNotFoundError("The lora adapter '" + std::string(name) + "' cannot be found.");
+}
+}  // namespace
+
 void LoraRegistry::unload(std::string_view name) {
   std::lock_guard lock(mutex_);
   auto it = adapters_.find(name);
-  if (it == adapters_.end()) {
-    throw ModelNotFoundError("The lora adapter '" + std::string(name) + "' cannot be found.");
-  }
+  if (it == adapters_.end()) throw not_loaded(name);
   adapters_.erase(it);
+}
+
+LoraRegistry::Served LoraRegistry::served(std::string_view name) const {
+  if (auto found = find(name)) return *found;
+  throw not_loaded(name);
 }
 
 std::optional<LoraRegistry::Served> LoraRegistry::find(std::string_view name) const {

@@ -86,6 +86,8 @@ class LoraRegistry {
 
   // The adapter served as `name` and its version, or nullopt.
   std::optional<Served> find(std::string_view name) const;
+  // The same, or vLLM's 404 (ModelNotFoundError) for a name not loaded.
+  Served served(std::string_view name) const;
   // Every adapter served, by id.
   std::vector<Entry> list() const;
 
