@@ -30,8 +30,11 @@ cmake --build "$work/build" -j2 >/dev/null
 "$work/prefix/bin/hotswap-make-model" --arch llama --layers 2 --hidden-size 64 \
   --intermediate-size 128 --heads 4 --kv-heads 2 --vocab 128 --dtype bfloat16 --seed 3 \
   --out "$work/model" >/dev/null
+# The log exists before the worker starts: the background job opens it only once it runs, and
+# a first sed that found no file ended the script under set -e (seen on a loaded machine).
+: >"$work/worker.log"
 "$work/prefix/bin/hotswap-worker" --model "$work/model" --control "tcp://127.0.0.1:*" \
-  --weight-transfer-config '{"backend": "shm"}' >"$work/worker.log" 2>&1 &
+  --weight-transfer-config '{"backend": "shm"}' >>"$work/worker.log" 2>&1 &
 worker=$!
 endpoint=""
 # Up to 120 s: a loaded 2-core machine (other suites importing torch) starts a worker slowly.
