@@ -46,7 +46,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    packages=["hotswap"],
+    packages=["hotswap", "hotswap.ray"],
     package_dir={"hotswap": "trainer_sdk/python/hotswap"},
     ext_modules=[Extension("hotswap._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

@@ -49,8 +49,15 @@ if compgen -G "$build/python/hotswap/_C*.so" >/dev/null; then
   python=$(sed -n 's/^_\?Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" | head -1)
   PYTHONPATH="$build/python" run "${python:-/usr/bin/python3}" "$root/bench/python_push_bench.py" \
     "$build" --json
+  # hotswap.ray on a simulated three-node cluster, where the torch environment has Ray.
+  if "${python:-/usr/bin/python3}" -c 'import ray' 2>/dev/null; then
+    RAY_USAGE_STATS_ENABLED=0 PYTHONPATH="$build/python" run "${python:-/usr/bin/python3}" \
+      "$root/bench/ray_group_bench.py" "$build" --json
+  else
+    echo "bench.sh: skipping ray_group_bench (no Ray in ${python:-/usr/bin/python3})" >&2
+  fi
 else
-  echo "bench.sh: skipping python_push_bench (no hotswap Python package in $build)" >&2
+  echo "bench.sh: skipping python_push_bench and ray_group_bench (no hotswap Python package in $build)" >&2
 fi
 for g in hotswap_plan_bench hotswap_source_bench; do
   if [ -x "$bench/$g" ]; then

@@ -20,6 +20,10 @@
 #            CUDA version torch pins (CMake finds it there when the machine has no nvcc).
 #            About 5.5 GB installed.
 # HOTSWAP_TORCH_CUDA=toolkit|wheels overrides the choice.
+#
+# Ray (scripts/ray-requirements.txt, for hotswap.ray and its tests) goes into the same
+# environment as a step of its own, kept by a stamp of its own: a new Ray pin installs Ray alone.
+# HOTSWAP_WITH_RAY=0 leaves it out (hotswap.ray's tests then say they skipped).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${HOTSWAP_VENV:-$HOME/.cache/hotswap/venv}
@@ -51,8 +55,28 @@ fi
 case $mode in toolkit|wheels) ;; *) echo "HOTSWAP_TORCH_CUDA must be toolkit or wheels, not '$mode'" >&2; exit 2 ;; esac
 stamp="$(sha256sum "$requirements" | cut -c1-16) $mode $($base_python -c 'import sys; print(sys.version.split()[0])')"
 
+ray_requirements=$root/scripts/ray-requirements.txt
+ensure_ray() {
+  [ "${HOTSWAP_WITH_RAY:-1}" = 0 ] && return 0
+  local ray_stamp
+  ray_stamp=$(sha256sum "$ray_requirements" | cut -c1-16)
+  if [ -f "$venv/.hotswap-ray-ready" ] && [ "$(cat "$venv/.hotswap-ray-ready")" = "$ray_stamp" ] &&
+     "$venv/bin/python" -c 'import ray' 2>/dev/null; then
+    return 0
+  fi
+  echo "make-torch-env: installing $(grep -vE '^(#|$)' "$ray_requirements" | xargs) into $venv"
+  # Ray is optional: without it hotswap.ray's tests say they skipped, and everything else runs.
+  if "$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check \
+       -r "$ray_requirements"; then
+    echo "$ray_stamp" >"$venv/.hotswap-ray-ready"
+  else
+    echo "make-torch-env: warning: Ray did not install; hotswap.ray's tests will skip" >&2
+  fi
+}
+
 if [ -f "$venv/.hotswap-ready" ] && [ "$(cat "$venv/.hotswap-ready")" = "$stamp" ] &&
    "$venv/bin/python" -c 'import torch, numpy, zmq' 2>/dev/null; then
+  ensure_ray
   echo "make-torch-env: kept $venv ($mode)"
   echo "$venv/bin/python"
   exit 0
@@ -121,5 +145,6 @@ PY
 fi
 "$venv/bin/python" -c 'import torch; torch.ones(2).sum().item()'
 echo "$stamp" >"$venv/.hotswap-ready"
+ensure_ray
 echo "make-torch-env: $venv ready in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1) ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
 echo "$venv/bin/python"

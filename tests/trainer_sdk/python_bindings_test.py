@@ -92,6 +92,9 @@ def types_and_values(tensors):
     expect(TypeError, "FanOutClient takes control endpoints",
            lambda: hotswap.FanOutClient([3]))
     expect(TypeError, "got the one string", lambda: hotswap.FanOutClient("tcp://127.0.0.1:1"))
+    # A CURVE key left out is named at once, not by ZeroMQ's "Invalid argument" at a call.
+    expect(ValueError, "curve lacks public_key", lambda: hotswap.FanOutClient(
+        ["tcp://127.0.0.1:1"], curve={"server_public": "x" * 40, "secret_key": "y" * 40}))
     expect(ValueError, "up to a year",
            lambda: hotswap.ZmqWeightSyncClient("tcp://127.0.0.1:1", timeout=float("inf")))
     arena = hotswap.SharedWeightArena(1 << 16)

@@ -8,8 +8,10 @@ import tempfile
 
 # The package's source folder: the pure-Python client imports without the built extension.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "trainer_sdk", "python"))
-from hotswap import CONTROL_METHODS, HotswapError, HotswapWeightSyncClient  # noqa: E402
+from hotswap import (CONTROL_METHODS, HotswapError, HotswapFanOutClient,  # noqa: E402
+                     HotswapWeightSyncClient, WorkerProcess)
 import hotswap_client  # noqa: E402  (its former module name still works)
+import zmq  # noqa: E402
 
 assert hotswap_client.HotswapWeightSyncClient is HotswapWeightSyncClient
 
@@ -81,6 +83,68 @@ def main(worker, make):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+    check_fan_out_with_curve(worker, tmp)
+    check_ray_missing()
+
+
+def check_fan_out_with_curve(worker, tmp):
+    """HotswapFanOutClient over two workers that take only CURVE clients they authorize."""
+    server_public, server_secret = (k.decode() for k in zmq.curve_keypair())
+    client_public, client_secret = (k.decode() for k in zmq.curve_keypair())
+    os.makedirs(f"{tmp}/authorized")
+    with open(f"{tmp}/server.key", "w") as f:
+        f.write(server_secret)
+    with open(f"{tmp}/authorized/trainer.key", "w") as f:
+        f.write(client_public)
+    curve = {"server_public": server_public, "public_key": client_public,
+             "secret_key": client_secret}
+    flags = ["--curve-secret-key-file", f"{tmp}/server.key",
+             "--curve-authorized-keys", f"{tmp}/authorized"]
+    with WorkerProcess(worker, f"{tmp}/m1", "disk", *flags) as a, \
+            WorkerProcess(worker, f"{tmp}/m1", "disk", *flags) as b:
+        try:
+            HotswapWeightSyncClient(a.endpoint, timeout=1).health()
+            raise AssertionError("a client without the keys was answered")
+        except TimeoutError:
+            pass
+        client = HotswapFanOutClient([a.endpoint, b.endpoint], timeout=30, curve=curve)
+        assert client.inference_world_size() == 2
+        client.init_weight_transfer_engine({})
+        client.start_weight_update()
+        client.update_weights({"path": f"{tmp}/m2"})
+        client.finish_weight_update(weight_version="fan-1")
+        assert [r["weight_version"] for r in client.call("weight_info")] == ["fan-1"] * 2
+        digests = client.checkpoint_checksums()
+        assert [w for w, _ in digests] == [a.endpoint, b.endpoint]
+        assert digests[0][1] == digests[1][1] and digests[0][1], digests
+        try:
+            client.update_weights({"path": f"{tmp}/m2"})
+            raise AssertionError("update without start must fail")
+        except HotswapError as e:
+            assert e.message.startswith(f"worker {a.endpoint}: "), e.message
+            assert e.kind == "RuntimeError", e.kind
+        try:
+            HotswapFanOutClient(a.endpoint)
+            raise AssertionError("one endpoint string was taken as a list")
+        except TypeError:
+            pass
+    print("fan-out client over CURVE workers: ok")
+
+
+def check_ray_missing():
+    """Without Ray, `import hotswap.ray` says what to install."""
+    try:
+        import ray  # noqa: F401
+        print("hotswap.ray without Ray: not checked (this interpreter has Ray)")
+        return
+    except ImportError:
+        pass
+    try:
+        import hotswap.ray  # noqa: F401
+        raise AssertionError("hotswap.ray imported without Ray")
+    except ImportError as e:
+        assert "pip install 'hotswap[ray]'" in str(e), str(e)
+    print("hotswap.ray without Ray: says what to install")
 
 
 if __name__ == "__main__":

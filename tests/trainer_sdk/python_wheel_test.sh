@@ -20,6 +20,7 @@ echo "built $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) in $((SECONDS - s
 "$python" -m pip install -q --no-deps --target "$work/site" "$wheel"
 ext=$(ls "$work"/site/hotswap/_C*.so)
 test -f "$work/site/hotswap/_build_info.py"
+test -f "$work/site/hotswap/ray/worker_group.py"  # hotswap.ray, the optional part
 if ldd "$ext" | grep -E 'libhotswap|not found'; then
   echo "the wheel's extension needs a library that is not in the wheel or the torch environment"
   exit 1

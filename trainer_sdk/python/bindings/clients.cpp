@@ -109,6 +109,24 @@ class PythonWeightSyncClient final : public WeightSyncClient {
   py::object client_;
 };
 
+// The `curve` argument of both ZeroMQ clients: a dict of three Z85 strings, or None.
+std::optional<trainer_sdk::CurveKeys> curve_keys(const py::object& curve) {
+  if (curve.is_none()) return std::nullopt;
+  auto fields = to_json(curve);
+  if (!fields.is_object()) {
+    throw py::type_error("curve must be a dict with server_public, public_key and secret_key");
+  }
+  for (const char* key : {"server_public", "public_key", "secret_key"}) {
+    if (!fields.contains(key) || !fields[key].is_string()) {
+      throw py::value_error(std::string("curve lacks ") + key +
+                            ": it needs server_public, public_key and secret_key (Z85 strings)");
+    }
+  }
+  return trainer_sdk::CurveKeys{fields["server_public"].get<std::string>(),
+                                fields["public_key"].get<std::string>(),
+                                fields["secret_key"].get<std::string>()};
+}
+
 }  // namespace
 
 std::shared_ptr<WeightSyncClient> weight_sync_client_from(py::handle client) {
@@ -182,19 +200,8 @@ void bind_clients(py::module_& m) {
       "One hotswap worker over its ZeroMQ control socket; every call waits at most `timeout`\n"
       "seconds (TimeoutError) and raises the worker's error as its own kind.")
       .def(py::init([](std::string endpoint, double timeout, const py::object& curve) {
-             std::optional<trainer_sdk::CurveKeys> keys;
-             if (!curve.is_none()) {
-               auto fields = to_json(curve);
-               if (!fields.is_object()) {
-                 throw py::type_error(
-                     "curve must be a dict with server_public, public_key and secret_key");
-               }
-               keys = trainer_sdk::CurveKeys{fields.value("server_public", ""),
-                                             fields.value("public_key", ""),
-                                             fields.value("secret_key", "")};
-             }
              return std::make_shared<ZmqWeightSyncClient>(
-                 std::move(endpoint), timeout_argument(timeout, "timeout"), std::move(keys));
+                 std::move(endpoint), timeout_argument(timeout, "timeout"), curve_keys(curve));
            }),
            py::arg("endpoint"), py::arg("timeout") = protocol::kDefaultTimeoutSeconds,
            py::arg("curve") = py::none())
@@ -220,7 +227,7 @@ void bind_clients(py::module_& m) {
       m, "FanOutClient",
       "Many workers (data-parallel replicas) as one client: each call reaches all of them at\n"
       "once and raises the first failure, prefixed with the worker it came from.")
-      .def(py::init([](const py::iterable& workers, double timeout) {
+      .def(py::init([](const py::iterable& workers, double timeout, const py::object& curve) {
              if (py::isinstance<py::str>(workers)) {
                throw py::type_error("FanOutClient takes a list of endpoints, got the one string " +
                                     py::repr(workers).cast<std::string>());
@@ -229,7 +236,8 @@ void bind_clients(py::module_& m) {
              for (py::handle worker : workers) {
                if (py::isinstance<py::str>(worker)) {
                  clients.push_back(std::make_shared<ZmqWeightSyncClient>(
-                     worker.cast<std::string>(), timeout_argument(timeout, "timeout")));
+                     worker.cast<std::string>(), timeout_argument(timeout, "timeout"),
+                     curve_keys(curve)));
                } else if (py::isinstance<ZmqWeightSyncClient>(worker)) {
                  clients.push_back(worker.cast<std::shared_ptr<ZmqWeightSyncClient>>());
                } else {
@@ -240,7 +248,9 @@ void bind_clients(py::module_& m) {
              }
              return std::make_shared<FanOutClient>(std::move(clients));
            }),
-           py::arg("workers"), py::arg("timeout") = protocol::kDefaultTimeoutSeconds)
+           py::arg("workers"), py::arg("timeout") = protocol::kDefaultTimeoutSeconds,
+           py::arg("curve") = py::none(),
+           "`curve` (as ZmqWeightSyncClient's) applies to the workers given as endpoints.")
       .def_property_readonly("workers", &FanOutClient::workers)
       .def("inference_world_size", &FanOutClient::inference_world_size,
            py::call_guard<py::gil_scoped_release>(),

@@ -62,9 +62,19 @@ class HotswapError(RuntimeError):
 
 
 class HotswapWeightSyncClient:
-    def __init__(self, endpoint, timeout=300.0, context=None):
+    """`curve`: a worker started with CURVE (--curve-secret-key-file) answers only clients that
+    bring its public key and a key pair it authorizes, given as a dict of three Z85 strings,
+    {"server_public", "public_key", "secret_key"} (what hotswap.ZmqWeightSyncClient takes)."""
+
+    def __init__(self, endpoint, timeout=300.0, context=None, curve=None):
         self.endpoint = endpoint
         self.timeout = timeout
+        self.curve = curve
+        if curve is not None:
+            missing = {"server_public", "public_key", "secret_key"} - set(curve)
+            if missing:
+                raise ValueError(f"curve lacks {sorted(missing)}: it needs server_public, "
+                                 "public_key and secret_key (Z85 strings)")
         self._context = context or zmq.Context.instance()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -77,6 +87,10 @@ class HotswapWeightSyncClient:
             request_id = next(self._ids)
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            sock.curve_serverkey = self.curve["server_public"].encode()
+            sock.curve_publickey = self.curve["public_key"].encode()
+            sock.curve_secretkey = self.curve["secret_key"].encode()
         try:
             sock.connect(self.endpoint)
             body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
