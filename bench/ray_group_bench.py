@@ -118,10 +118,11 @@ def main():
                       if f.endswith(".safetensors"))
 
     cpus = args.replicas + 2  # a node holds a packed group, a spread group's replica, a trainer
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus,
-                                                             "include_dashboard": False})
+    store = 128 << 20  # each node's object store: nothing large goes through it
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": cpus, "include_dashboard": False, "object_store_memory": store})
     for _ in range(2):
-        cluster.add_node(num_cpus=cpus)
+        cluster.add_node(num_cpus=cpus, object_store_memory=store)
     ray.init(address=cluster.address, log_to_driver=False)
     cluster.wait_for_nodes()
     common = dict(resources_per_rank={"CPU": 1}, weight_transfer_config={"backend": "gloo"},

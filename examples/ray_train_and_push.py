@@ -152,9 +152,10 @@ def start_cluster(args):
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"inference": 1}, "include_dashboard": False})
-    cluster.add_node(num_cpus=2, resources={"inference": 1})
-    cluster.add_node(num_cpus=2, resources={"trainer": 1})
+        "num_cpus": 2, "resources": {"inference": 1}, "include_dashboard": False,
+        "object_store_memory": 128 << 20})  # small: nothing large goes through it
+    cluster.add_node(num_cpus=2, resources={"inference": 1}, object_store_memory=128 << 20)
+    cluster.add_node(num_cpus=2, resources={"trainer": 1}, object_store_memory=128 << 20)
     ray.init(address=cluster.address, log_to_driver=False)
     cluster.wait_for_nodes()
     return cluster, {"CPU": 1, "inference": 0.5}, {"CPU": 1, "trainer": 1}

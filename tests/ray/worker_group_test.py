@@ -41,6 +41,9 @@ import hotswap
 import hotswap.ray
 
 TIMEOUT = 60
+# Each simulated node's object store: nothing large goes through it, and three of the default
+# size (30 % of memory each) would not fit a container's /dev/shm.
+OBJECT_STORE = 128 << 20
 
 
 class Trainer:
@@ -245,9 +248,10 @@ def main(worker, make_model):
     # Nodes 0 and 1 can hold inference replicas, node 2 the trainer: a replica or trainer
     # placed elsewhere would fail the node checks below.
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 3, "resources": {"inference": 1}, "include_dashboard": False})
-    cluster.add_node(num_cpus=3, resources={"inference": 1})
-    cluster.add_node(num_cpus=3, resources={"trainer": 1})
+        "num_cpus": 3, "resources": {"inference": 1}, "include_dashboard": False,
+        "object_store_memory": OBJECT_STORE})
+    cluster.add_node(num_cpus=3, resources={"inference": 1}, object_store_memory=OBJECT_STORE)
+    cluster.add_node(num_cpus=3, resources={"trainer": 1}, object_store_memory=OBJECT_STORE)
     try:
         ray.init(address=cluster.address, log_to_driver=False)
         cluster.wait_for_nodes()
