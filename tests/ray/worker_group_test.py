@@ -1,9 +1,9 @@
 """hotswap.ray on a simulated three-node Ray cluster (ray.cluster_utils.Cluster: three raylets on
 this machine, each with resources of its own).
 
-- Two replicas of two tensor-parallel ranks each, placed "spread", land on distinct nodes (by node id), bound to their node's
-  address with the group's CURVE keys (a client without them gets no answer) and the group's
-  API key on HTTP (401 without it).
+- Two replicas of two tensor-parallel ranks each, placed "spread", land on distinct nodes (by
+  node id), bound to their node's address with the group's CURVE keys (a client without them
+  gets no answer) and the group's API key on HTTP (401 without it).
 - A trainer actor on the third node pushes verified gloo rounds into every replica, through the
   C++ fan-out client and the pure-Python one.
 - kill -9 of one replica's worker: the group reports the exit, the actor is restarted by Ray,

@@ -23,9 +23,9 @@ from .replica_actor import ReplicaActor, ReplicaSpec
 
 # Flags the group sets itself for every replica; refused in worker_args, as hotswap-launch does.
 GROUP_FLAGS = ("--control", "--data-parallel-rank", "--data-parallel-size",
-               "--tensor-parallel-size", "--tensor-parallel-rank", "--device", "--curve-secret-key-file",
-               "--curve-authorized-keys", "--curve-allow-any-client", "--http-host",
-               "--http-port", "--api-key", "--weight-transfer-config", "--model")
+               "--tensor-parallel-size", "--tensor-parallel-rank", "--device",
+               "--curve-secret-key-file", "--curve-authorized-keys", "--curve-allow-any-client",
+               "--http-host", "--http-port", "--api-key", "--weight-transfer-config", "--model")
 
 # The group's own actors drive workers and never load the trainer SDK (hotswap/__init__.py).
 CLIENT_ONLY = {"env_vars": {"HOTSWAP_CLIENT_ONLY": "1"}}
@@ -195,13 +195,14 @@ class WorkerGroup:
                 except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
                     down.append(i)  # restarting, or gone for good: the probe below tells
             for i in down:
-                try:  # a call on a restarting actor waits for it; a dead one raises at once
+                try:  # restarting: ActorUnavailableError (or a wait); gone for good: ActorDiedError
                     ray.get(self._actors[i].info.remote(), timeout=0.5)
                 except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
                     pass
                 except ray.exceptions.ActorDiedError as error:
                     exits = snapshot["exits"][i]
-                    last = f"; its worker last exited with {exits[-1]['returncode']}" if exits else ""
+                    last = (f"; its worker last exited with {exits[-1]['returncode']}"
+                            if exits else "")
                     raise RuntimeError(f"WorkerGroup {self.name}: replica {i} is gone for good "
                                        f"after {len(exits)} restart(s){last}: {error}") from None
             if not down:
