@@ -38,14 +38,18 @@ except ImportError as error:
     print(f"skipped: this example needs Ray ({error}): pip install 'hotswap[ray]'")
     sys.exit(77)  # CTest's "skipped"
 import torch
-from torch import nn
 
 import hotswap
 import hotswap.ray
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_and_push  # noqa: E402
-from train_and_push import add_model_arguments, load_model, starting_checkpoint  # noqa: E402
+from train_and_push import (  # noqa: E402
+    add_model_arguments,
+    load_model,
+    starting_checkpoint,
+    train_step,
+)
 
 # The trainer's class is sent to its actor by value (this file is not importable there), and
 # with it the model code of train_and_push.
@@ -78,11 +82,7 @@ class PolicyTrainer:
 
     def train_step(self):
         inputs, labels = torch.tensor([SEQUENCE[:-1]]), torch.tensor(SEQUENCE[1:])
-        loss = nn.functional.cross_entropy(self.model(inputs)[0], labels)
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return loss.item()
+        return train_step(self.model, self.optimizer, inputs, labels)
 
     def push(self, version):
         start = time.perf_counter()

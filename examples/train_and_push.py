@@ -167,6 +167,15 @@ def starting_checkpoint(args, tmp):
     return directory
 
 
+def train_step(model, optimizer, inputs, labels):
+    """One optimizer step of next-token cross-entropy; the loss, as a float."""
+    loss = nn.functional.cross_entropy(model(inputs)[0], labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def greedy_tokens(client, prompt, max_tokens, model=None):
     """(the worker's greedy tokens after `prompt`, their weight_versions spans); through LoRA
     adapter `model` when one is named."""
@@ -211,10 +220,7 @@ def main():
                 print(f"before training: workers continue {prompt} with {before}")
                 seen = [before]
                 for step in range(1, args.steps + 1):
-                    loss = nn.functional.cross_entropy(model(inputs)[0], labels)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+                    loss = train_step(model, optimizer, inputs, labels)
                     version = f"step-{step}"
                     start = time.perf_counter()
                     shm.push(weight_version=version, verify=True)
@@ -231,7 +237,7 @@ def main():
                     if shm_tokens != seen[-1]:
                         seen.append(shm_tokens)
                     if step == 1 or step % 5 == 0 or step == args.steps:
-                        print(f"step {step:3d}: loss {loss.item():.4f}; pushed and verified: "
+                        print(f"step {step:3d}: loss {loss:.4f}; pushed and verified: "
                               f"shm {1e3 * (middle - start):.1f} ms, gloo "
                               f"{1e3 * (end - middle):.1f} ms; workers continue {prompt} with "
                               f"{shm_tokens}")

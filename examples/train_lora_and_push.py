@@ -37,6 +37,7 @@ from train_and_push import (  # noqa: E402
     greedy_tokens,
     load_model,
     starting_checkpoint,
+    train_step,
 )
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -135,10 +136,7 @@ def main():
                     factory.trainer_init(gloo_info, client=gloo_client, source=source) as gloo:
                 seen = []
                 for step in range(1, args.steps + 1):
-                    loss = nn.functional.cross_entropy(inner(inputs)[0], labels)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+                    loss = train_step(inner, optimizer, inputs, labels)
                     version = f"step-{step}"
                     start = time.perf_counter()
                     shm.push(lora_name="policy", lora_config=lora_config, weight_version=version,
@@ -158,7 +156,7 @@ def main():
                     if not seen or shm_tokens != seen[-1]:
                         seen.append(shm_tokens)
                     if step == 1 or step % 10 == 0 or step == args.steps:
-                        print(f"step {step:3d}: loss {loss.item():.4f}; adapter pushed and "
+                        print(f"step {step:3d}: loss {loss:.4f}; adapter pushed and "
                               f"verified: shm {1e3 * (middle - start):.1f} ms, gloo "
                               f"{1e3 * (end - middle):.1f} ms; through 'policy' the workers "
                               f"continue {prompt} with {shm_tokens}")

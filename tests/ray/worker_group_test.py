@@ -346,6 +346,24 @@ def main(worker, make_model):
                 local.shutdown()
             assert not wait_gone(pids, 30)
             print("a shm trainer killed, then its group shut down: no segment left")
+
+            # A replica with no restarts left: the fault drill kills it for good, and the group
+            # names it instead of waiting.
+            once = hotswap.ray.WorkerGroup(model, replicas=1, resources_per_rank={"CPU": 1},
+                                           weight_transfer_config={"backend": "gloo"},
+                                           binary=worker, max_restarts=0, ready_timeout=TIMEOUT)
+            try:
+                pid = once.kill_worker(0)
+                assert not wait_gone([pid], 30)
+                try:
+                    once.wait_ready(timeout=30)
+                    raise AssertionError("a replica without restarts came back")
+                except RuntimeError as error:
+                    assert "gone for good" in str(error) and "-9" in str(error), str(error)
+                assert once.health()[0]["status"] == "dead", once.health()
+            finally:
+                once.shutdown()
+            print("a replica out of restarts: wait_ready names it, health says dead")
         finally:
             pids = [i["pid"] for i in workers.infos() if i is not None]
             if trainers is not None:
