@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_loader/model_config.hpp"
+#include "model_loader/synthetic_checkpoint.hpp"
 #include "transport/unique_fd.hpp"
 
 namespace hotswap::bench {
@@ -226,6 +227,15 @@ inline model_loader::ModelConfig bench_llama() {
   c.max_position_embeddings = 4096;
   c.torch_dtype = protocol::DType::kBFloat16;
   return model_loader::ModelConfig::from_json(c.to_json());
+}
+
+// `config`'s checkpoint written at `dir` with the benches' seed, so that every bench measures the
+// same weights; the bytes of tensor data written.
+inline std::uint64_t write_bench_checkpoint(const std::filesystem::path& dir,
+                                            const model_loader::ModelConfig& config) {
+  model_loader::SyntheticCheckpointOptions synthetic;
+  synthetic.seed = 1;
+  return model_loader::write_synthetic_checkpoint(dir, config, synthetic);
 }
 
 // A small float32 Qwen2 (4 layers, 256 wide, the qwen2 golden tokenizer's 512 ids, about 5 MB),

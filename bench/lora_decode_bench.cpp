@@ -22,7 +22,6 @@
 #include "bench/lora_adapter_files.hpp"
 #include "model_loader/lora/lora_adapter.hpp"
 #include "model_loader/servable_model.hpp"
-#include "model_loader/synthetic_checkpoint.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -40,10 +39,7 @@ int main(int argc, char** argv) {
   bench::BenchFlags{{{"--reps", &reps}, {"--steps", &steps}}, {{"--dir", &dir}}}.parse(argc, argv);
   const auto config = bench::bench_llama();
   fs::remove_all(dir);
-  model_loader::SyntheticCheckpointOptions synthetic;
-  synthetic.seed = 1;
-  const std::uint64_t bytes =
-      model_loader::write_synthetic_checkpoint(dir / "model", config, synthetic);
+  const std::uint64_t bytes = bench::write_bench_checkpoint(dir / "model", config);
   auto model = model_loader::load_model(dir / "model");
   std::vector<std::shared_ptr<const model_loader::LoraAdapter>> adapters;
   for (int a = 0; a < 8; ++a) {

@@ -26,7 +26,6 @@
 #include "bench/trainer_engines.hpp"
 #include "model_loader/lora/lora_staging.hpp"
 #include "model_loader/servable_model.hpp"
-#include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "transport/child_process.hpp"
 #include "transport/gloo_communicator.hpp"
@@ -73,10 +72,7 @@ int main(int argc, char** argv) {
   const std::int64_t rank = rank_flag;
   const auto config = bench::bench_llama();
   fs::remove_all(dir);
-  model_loader::SyntheticCheckpointOptions synthetic;
-  synthetic.seed = 1;
-  const std::uint64_t model_bytes =
-      model_loader::write_synthetic_checkpoint(dir / "model", config, synthetic);
+  const std::uint64_t model_bytes = bench::write_bench_checkpoint(dir / "model", config);
   // The trainer's adapter: its tensors live in this process, as a trainer's do.
   const auto tensors = bench::random_lora_tensors(config, rank, 7);
   std::uint64_t adapter_bytes = 0, largest = 0;

@@ -25,7 +25,6 @@
 #include "bench/bench_support.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
-#include "model_loader/synthetic_checkpoint.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -84,9 +83,7 @@ int main(int argc, char** argv) {
   const model_loader::ModelConfig c = bench::bench_llama();
 
   auto start = Clock::now();
-  model_loader::SyntheticCheckpointOptions synthetic;
-  synthetic.seed = 1;
-  std::uint64_t bytes = model_loader::write_synthetic_checkpoint(dir, c, synthetic);
+  std::uint64_t bytes = bench::write_bench_checkpoint(dir, c);
   report("synthetic checkpoint write", bytes / since(start) / 1e9, "GB/s", {{"bytes", bytes}});
 
   // Written back before anything is timed: a kernel flushing 300 MB of dirty pages on the same

@@ -22,7 +22,6 @@
 #include "model_loader/architecture_registry.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
-#include "model_loader/synthetic_checkpoint.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;
@@ -68,9 +67,7 @@ int main(int argc, char** argv) {
     if (flag == "--dir") dir = argv[i + 1];
   }
   auto config = moe_config(arch);
-  model_loader::SyntheticCheckpointOptions synthetic;
-  synthetic.seed = 1;
-  const std::uint64_t bytes = model_loader::write_synthetic_checkpoint(dir, config, synthetic);
+  const std::uint64_t bytes = bench::write_bench_checkpoint(dir, config);
   auto model = model_loader::load_model(dir);
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   const char* python = bench::peer_python();
