@@ -1,9 +1,10 @@
 // The control methods, in one table: each method's name, its HTTP route and verb, where the
-// route reads its params, whether it may run long, the operation /metrics counts it as, and the
-// validator its params pass before any work. The ZeroMQ dispatcher, the HTTP server, /metrics,
-// the C++ clients and (through `hotswap-worker --control-methods`) the Python client all read
-// this table; a method is added here and nowhere else but its handler. docs/architecture.md
-// lists the same methods for people. No libtorch.
+// route reads its params, whether it may run long, the operation /metrics counts it as, the
+// validator its params pass before any work, and whether the tensor-parallel ranks run it too.
+// Rows name their fields (designated initializers), so a row reads without a legend. The ZeroMQ
+// dispatcher, the HTTP server, /metrics, the C++ clients and (through `hotswap-worker
+// --control-methods`) the Python client all read this table; a method is added here and nowhere
+// else but its handler. docs/architecture.md lists the same methods for people. No libtorch.
 #pragma once
 
 #include <string_view>
@@ -44,6 +45,8 @@ inline constexpr std::string_view kShutdown = "shutdown";
 
 enum class HttpVerb { kNone, kGet, kPost };  // kNone: on the ZeroMQ socket only
 
+// Every field is documented here, once; a row of the table sets only what differs from these
+// defaults, by name, in this order (C++20 designated initializers keep declaration order).
 struct ControlMethod {
   std::string_view name;
   HttpVerb http_verb = HttpVerb::kNone;
@@ -76,6 +79,10 @@ struct ControlMethod {
   // conversation: a template's `tojson` writes a tool schema as it was sent); the frontends
   // parse its body as nlohmann::ordered_json and call WorkerService::call_ordered.
   bool keeps_key_order = false;
+  // With tensor parallelism, rank 0 runs it on every other rank too, under the same name
+  // (worker/parallel/rank_methods.hpp): each rank's part of a weight-transfer session, and an
+  // adapter read onto each rank's shard.
+  bool runs_on_every_rank = false;
 };
 
 // Every method, in the order docs/architecture.md lists them.

@@ -307,7 +307,22 @@ BOOST_AUTO_TEST_CASE(the_json_form_lists_every_method_in_table_order) {
                             {"probe", false},
                             {"http_content_type", nullptr},
                             {"metric_operation", nullptr},
-                            {"keeps_key_order", false}}));
+                            {"keeps_key_order", false},
+                            {"runs_on_every_rank", false}}));
+}
+
+// The ranks of a tensor-parallel worker run each weight-transfer call's part and read an adapter
+// onto their shards; the table says which methods, in the method's own row.
+BOOST_AUTO_TEST_CASE(the_table_names_the_methods_every_rank_runs) {
+  std::vector<std::string_view> every_rank;
+  for (const auto& m : control_methods())
+    if (m.runs_on_every_rank) every_rank.push_back(m.name);
+  BOOST_TEST(every_rank == (std::vector<std::string_view>{
+                               "init_weight_transfer_engine", "shutdown_weight_transfer_engine",
+                               "start_weight_update", "update_weights", "finish_weight_update",
+                               "load_lora_adapter"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(control_methods_json()["methods"][0]["runs_on_every_rank"] == true);
 }
 
 // generate and completions read their sampling fields through one validator: the same field
