@@ -27,6 +27,10 @@ hits=$(grep -rnE '#include "worker/' "$root/worker/serving" --include='*.hpp' --
 if [ -n "$hits" ]; then echo "layering: worker/serving/ may include only serving/ and log_line.hpp of the worker:"; echo "$hits"; status=1; fi
 hits=$(grep -rnE '#include "worker/frontends/' "$root/worker" --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*/worker/(frontends/|worker_main\.cpp:)')
 if [ -n "$hits" ]; then echo "layering: only worker/frontends/ and worker_main.cpp include the front ends:"; echo "$hits"; status=1; fi
+# The WorkerService wires the rooms together: only what sits above it (the front ends and the
+# program) includes it, so no room inside worker/ loops back through it.
+hits=$(grep -rnE '#include "worker/worker_service\.hpp"' "$root/worker" --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*/worker/(frontends/|worker_main\.cpp:|worker_service\.cpp:)')
+if [ -n "$hits" ]; then echo "layering: only worker/frontends/ and worker_main.cpp include worker_service.hpp:"; echo "$hits"; status=1; fi
 # The tokenizer reads tokenizer.json and text: no libtorch, no model code.
 hits=$(grep -rnE '#include [<"](torch/|ATen/|c10/|model_loader/(servable|architectures/|layerwise|parameter_store))' "$root/model_loader/tokenizer" 2>/dev/null)
 if [ -n "$hits" ]; then echo "layering: model_loader/tokenizer/ stays free of libtorch and model code:"; echo "$hits"; status=1; fi

@@ -7,9 +7,10 @@
 
 namespace hotswap::worker {
 
-std::string render_weight_update_metrics(const WorkerService& service) {
+std::string render_weight_update_metrics(const WeightSession& session,
+                                         const std::optional<std::string>& version) {
   std::ostringstream out;
-  auto stats = service.operation_stats();
+  auto stats = session.operation_stats();
   auto label = [](const std::string& key, const std::string& value) {
     return key + "=\"" + escape_label_value(value) + "\"";
   };
@@ -35,11 +36,11 @@ std::string render_weight_update_metrics(const WorkerService& service) {
   for (const auto& [op, s] : stats) {
     const std::string name = "vllm:rl_weight_update_operation_duration_seconds";
     std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < WorkerService::kDurationBuckets.size(); ++i) {
+    for (std::size_t i = 0; i < WeightSession::kDurationBuckets.size(); ++i) {
       cumulative += s.within[i];
       sample(name + "_bucket",
              label("operation", op) + "," +
-                 label("le", prometheus_number(WorkerService::kDurationBuckets[i])),
+                 label("le", prometheus_number(WeightSession::kDurationBuckets[i])),
              cumulative);
     }
     sample(name + "_bucket", label("operation", op) + ",le=\"+Inf\"", s.success + s.error);
@@ -56,7 +57,7 @@ std::string render_weight_update_metrics(const WorkerService& service) {
   }
   // Every rank receives the whole broadcast (vLLM's rank semantics), so a tp = N worker's total
   // is about N times what its trainer sent; the per-rank family says which rank lags.
-  const auto by_rank = service.bytes_received_by_rank();
+  const auto by_rank = session.bytes_received_by_rank();
   std::uint64_t total = 0;
   for (std::uint64_t b : by_rank)
     total += b;
@@ -72,7 +73,6 @@ std::string render_weight_update_metrics(const WorkerService& service) {
              label("tp_rank", std::to_string(r)), by_rank[r]);
     }
   }
-  auto version = service.weight_version();
   out << "# HELP hotswap_weight_version_info The weight version being served.\n"
          "# TYPE hotswap_weight_version_info gauge\n";
   sample("hotswap_weight_version_info", label("version", version ? *version : ""), 1);

@@ -3,12 +3,15 @@
 // version served. (The serving half is serving/serving_metrics.)
 #pragma once
 
+#include <optional>
 #include <string>
 
-#include "worker/worker_service.hpp"
+#include "worker/weight_session.hpp"
 
 namespace hotswap::worker {
 
-std::string render_weight_update_metrics(const WorkerService& service);
+// `version`: the weight version served now.
+std::string render_weight_update_metrics(const WeightSession& session,
+                                         const std::optional<std::string>& version);
 
 }  // namespace hotswap::worker

@@ -5,7 +5,12 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "model_loader/servable_model.hpp"
 #include "protocol/control_methods.hpp"
+#include "protocol/dtype.hpp"
+#include "protocol/errors.hpp"
+#include "transport/device.hpp"
+#include "worker/device_plan.hpp"
 
 namespace hotswap::worker {
 
@@ -158,6 +163,30 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
     std::exit(2);
   }
   return o;
+}
+
+model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
+  model_loader::ModelOptions m;
+  if (!o.dtype.empty()) m.dtype = protocol::dtype_from_name(o.dtype);
+  if (!o.quantization.empty()) {
+    if (o.quantization != "int8") {
+      throw protocol::ValueError("unknown --quantization '" + o.quantization + "' (int8 is known)");
+    }
+    m.quantize_int8 = true;
+  }
+  m.update_mode = o.update_mode;
+  m.device = transport::parse_device(o.device);
+  // One device per tensor-parallel rank, from the plan, which refuses ranks past the machine's
+  // last GPU: in rank 0, before it starts the others, rather than after its NCCL init times out.
+  if (m.device.is_cuda()) {
+    const auto ranks = plan_devices_on_this_machine({o.device}, o.tensor_parallel_size).front();
+    m.device = transport::cuda_device(ranks.at(static_cast<std::size_t>(o.tensor_parallel_rank)));
+  }
+  m.collective_timeout = o.timeout();
+  m.enable_expert_parallel = o.enable_expert_parallel;
+  m.kv_block_size = o.block_size;
+  m.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
+  return m;
 }
 
 }  // namespace hotswap::worker

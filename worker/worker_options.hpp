@@ -12,6 +12,10 @@
 #include "model_loader/layerwise_reload.hpp"
 #include "protocol/timeouts.hpp"
 
+namespace hotswap::model_loader {
+struct ModelOptions;
+}
+
 namespace hotswap::worker {
 
 struct WorkerOptions {
@@ -73,5 +77,9 @@ struct WorkerOptions {
   // Parses argv; prints help or a usage error and exits as CLI11 does.
   static WorkerOptions parse(int argc, char** argv);
 };
+
+// The model options the worker's flags ask for (device, dtype, quantization, update mode,
+// timeouts); a tensor-parallel rank adds its group.
+model_loader::ModelOptions model_options_for(const WorkerOptions& options);
 
 }  // namespace hotswap::worker

@@ -7,12 +7,10 @@
 #include <filesystem>
 #include <future>
 #include <limits>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "model_loader/intra_op_team.hpp"
-#include "model_loader/lora/lora_staging.hpp"
 #include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
@@ -46,75 +44,6 @@ bool env_flag(const char* name) {
 
 }  // namespace
 
-// An adapter's round in flight: rank 0's adapter once its staging has built it, and, with tensor
-// parallelism, the id the other ranks commit their shards under. It is served only after every
-// rank's finish returned (serve_adapter_round): a rank that failed leaves nothing served. An id
-// never served is forgotten when this goes, and the ranks that committed under it let go.
-struct WorkerService::PendingAdapter {
-  std::string name;
-  std::shared_ptr<TensorParallelModel> sharded;  // tp > 1
-  std::uint64_t id = 0;
-  std::shared_ptr<const model_loader::LoraAdapter> built;
-  bool served = false;
-
-  ~PendingAdapter() {
-    if (sharded && !served) sharded->forget_lora_id(id);
-  }
-};
-
-WorkerService::AdapterRound WorkerService::adapter_round(const json& params) {
-  const auto request = protocol::StartWeightUpdateParams::from_json(params);
-  if (!request.lora_name) return {};
-  const std::string name = *request.lora_name;
-  loras_->check_load(name, /*in_place=*/true);  // enabled, its own name, room for a new one
-  const model_loader::WeightMapping* mapping = model_->weight_mapping();
-  if (mapping == nullptr) throw protocol::ValueError("this model takes no LoRA adapters");
-  const auto served = loras_->entry(name);
-  model_loader::LoraConfig config;
-  std::set<std::string> required;  // a served adapter is replaced whole, at its config
-  if (request.lora_config) {
-    config =
-        model_loader::LoraConfig::from_json(*request.lora_config, loras_->limits().max_lora_rank);
-  } else if (served) {
-    config = served->adapter->config();
-    required = served->adapter->tensor_names();
-  } else {
-    throw protocol::ValueError("no LoRA adapter '" + name +
-                               "' is served: a round that makes one gives its `lora_config` "
-                               "(PEFT's adapter_config.json fields: r, lora_alpha, ...)");
-  }
-  AdapterRound round;
-  round.pending = std::make_shared<PendingAdapter>();
-  round.pending->name = name;
-  if (sharded_) {
-    // Every other rank stages its shard of the adapter and commits it under this id.
-    round.pending->sharded = sharded_;
-    round.pending->id = sharded_->new_lora_id();
-    round.peer_params["lora"] = {{"id", round.pending->id},
-                                 {"config", config.to_json()},
-                                 {"max_rank", loras_->limits().max_lora_rank},
-                                 {"required", required}};
-  }
-  round.staging = std::make_shared<model_loader::LoraStaging>(
-      *mapping, model_->device(), std::move(config), std::move(required),
-      [pending = round.pending](std::shared_ptr<const model_loader::LoraAdapter> adapter) {
-        pending->built = std::move(adapter);
-      });
-  return round;
-}
-
-void WorkerService::serve_adapter_round(const std::optional<std::string>& version) {
-  auto pending = std::move(pending_adapter_);
-  if (!pending || !pending->built) return;
-  auto adapter = std::move(pending->built);
-  if (pending->sharded) {
-    // The id's release is the shared adapter's from here on, served or not.
-    adapter = pending->sharded->share_lora_adapter(std::move(adapter), pending->id);
-    pending->served = true;
-  }
-  loras_->commit(pending->name, std::move(adapter), "weight-transfer:" + pending->name, version);
-}
-
 void WorkerService::refuse_unless_runtime_lora_updating() const {
   if (!runtime_lora_updating_) {
     throw protocol::ValueError(
@@ -122,30 +51,6 @@ void WorkerService::refuse_unless_runtime_lora_updating() const {
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment (vLLM's guard on these "
         "routes), or name adapters with --lora-modules");
   }
-}
-
-model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
-  model_loader::ModelOptions m;
-  if (!o.dtype.empty()) m.dtype = protocol::dtype_from_name(o.dtype);
-  if (!o.quantization.empty()) {
-    if (o.quantization != "int8") {
-      throw protocol::ValueError("unknown --quantization '" + o.quantization + "' (int8 is known)");
-    }
-    m.quantize_int8 = true;
-  }
-  m.update_mode = o.update_mode;
-  m.device = transport::parse_device(o.device);
-  // One device per tensor-parallel rank, from the plan, which refuses ranks past the machine's
-  // last GPU: in rank 0, before it starts the others, rather than after its NCCL init times out.
-  if (m.device.is_cuda()) {
-    const auto ranks = plan_devices_on_this_machine({o.device}, o.tensor_parallel_size).front();
-    m.device = transport::cuda_device(ranks.at(static_cast<std::size_t>(o.tensor_parallel_rank)));
-  }
-  m.collective_timeout = o.timeout();
-  m.enable_expert_parallel = o.enable_expert_parallel;
-  m.kv_block_size = o.block_size;
-  m.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
-  return m;
 }
 
 WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
@@ -218,10 +123,19 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
       *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(), served_name,
       options.model, options.timeout(), loras_.get());
   checker_ = std::make_unique<WeightChecker>(model_, parallel_, loras_.get());
+  session_ =
+      std::make_unique<WeightSession>(WeightSession::Parts{.controller = *controller_,
+                                                           .scheduler = *scheduler_,
+                                                           .loras = *loras_,
+                                                           .model = model_,
+                                                           .sharded = sharded_,
+                                                           .peers = tensor_parallel_,
+                                                           .update_mode = options.update_mode});
   bind_handlers();
 }
 
 WorkerService::~WorkerService() {
+  session_.reset();    // lets go of its hold on generation while the scheduler is there
   scheduler_.reset();  // aborts generation before the model goes
   completions_.reset();
   controller_.reset();
@@ -244,11 +158,7 @@ std::string WorkerService::describe() const {
 }
 
 json WorkerService::health() const {
-  std::string current_call;
-  {
-    std::lock_guard lock(stats_mutex_);
-    current_call = weight_call_;
-  }
+  const std::string current_call = session_->current_call();
   bool dirty = model_->is_dirty();
   auto version = controller_->weight_version();
   // A tensor-parallel rank that died fails the whole worker: it says which, until restarted.
@@ -288,96 +198,28 @@ void WorkerService::bind_handlers() {
   namespace m = protocol::methods;
   using Params = const json&;
   using Gone = const CallerGone&;
-  const bool inplace = options_.update_mode == model_loader::UpdateMode::kInplace;
-  auto release_hold_if_ended = [this] {
-    if (update_hold_ && !controller_->session_active()) {
-      scheduler_->release();
-      update_hold_ = false;
-    }
-  };
-  // Starting a session (either kind). In place, generation must not read weights that are being
-  // written: hold it until the session ends.
-  auto start = [this, inplace, release_hold_if_ended](std::function<void(Params)> begin,
-                                                      const char* message) {
-    return [this, inplace, release_hold_if_ended, begin, message](Params params, Gone) -> json {
-      // An adapter's round writes no weight the model reads: generation goes on.
-      const bool for_adapter =
-          params.is_object() && params.contains("lora_name") && !params.at("lora_name").is_null();
-      if (inplace && !for_adapter && !update_hold_ && !controller_->session_active()) {
-        scheduler_->hold();
-        update_hold_ = true;
-      }
-      try {
-        begin(params);
-      } catch (...) {
-        release_hold_if_ended();
-        throw;
-      }
+  // The weight session's calls, answered with vLLM's message once they returned.
+  auto session_call = [this](void (WeightSession::*call)(Params), const char* message) {
+    return [this, call, message](Params params, Gone) -> json {
+      ((*session_).*call)(params);
       return {{"message", message}};
     };
   };
-
   handlers_ = {
       {m::kInitWeightTransferEngine,
-       [this](Params params, Gone) -> json {
-         controller_->init_weight_transfer_engine(protocol::init_info_of(params));
-         return {{"message", "Weight transfer initialized"}};
-       }},
+       session_call(&WeightSession::init_weight_transfer_engine, "Weight transfer initialized")},
       {m::kShutdownWeightTransferEngine,
-       [this, release_hold_if_ended](Params params, Gone) -> json {
-         controller_->shutdown_weight_transfer_engine(protocol::abort_update_of(params));
-         release_hold_if_ended();
-         return {{"message", "Weight transfer shut down"}};
-       }},
+       session_call(&WeightSession::shutdown_weight_transfer_engine, "Weight transfer shut down")},
       {m::kStartWeightUpdate,
-       start(
-           [this](Params params) {
-             auto round = adapter_round(params);
-             if (sharded_) {
-               // Adapters rank 0 let go: their shards go too (training
-               // may push many rounds without a step between them).
-               round.peer_params["released_loras"] = sharded_->take_released_loras();
-             }
-             controller_->start_weight_update(std::move(round.staging), round.peer_params);
-             // Only once it started: a start refused (a session already active) leaves that
-             // session's adapter to be served.
-             pending_adapter_ = std::move(round.pending);
-           },
-           "Weight update started")},
+       session_call(&WeightSession::start_weight_update, "Weight update started")},
       {m::kStartDraftWeightUpdate,
-       start([this](Params) { controller_->start_draft_weight_update(); },
-             "Draft weight update started")},
-      {m::kUpdateWeights,
-       [this, release_hold_if_ended](Params params, Gone) -> json {
-         const json& update_info = protocol::update_info_of(params);
-         try {
-           controller_->update_weights(update_info);
-         } catch (...) {
-           release_hold_if_ended();
-           throw;
-         }
-         return {{"message", "Weights updated"}};
+       [this](Params, Gone) -> json {
+         session_->start_draft_weight_update();
+         return {{"message", "Draft weight update started"}};
        }},
+      {m::kUpdateWeights, session_call(&WeightSession::update_weights, "Weights updated")},
       {m::kFinishWeightUpdate,
-       [this, release_hold_if_ended](Params params, Gone) -> json {
-         auto version = protocol::weight_version_of(params);
-         // Staged: the commit and the new version land together between two generation steps.
-         if (!update_hold_) scheduler_->hold();
-         try {
-           controller_->finish_weight_update(version);
-           // Every rank finished: an adapter's round serves its adapter now, still between two
-           // steps.
-           serve_adapter_round(version);
-         } catch (...) {
-           if (!controller_->session_active()) pending_adapter_.reset();
-           if (!update_hold_) scheduler_->release();
-           release_hold_if_ended();
-           throw;
-         }
-         if (!update_hold_) scheduler_->release();
-         release_hold_if_ended();
-         return {{"message", "Weight update finished"}};
-       }},
+       session_call(&WeightSession::finish_weight_update, "Weight update finished")},
       {m::kUpdateWeightVersion,
        [this](Params params, Gone) -> json {
          auto version = protocol::new_version_of(params);
@@ -471,7 +313,8 @@ void WorkerService::bind_handlers() {
       {m::kHealth, [this](Params, Gone) { return health(); }},
       {m::kMetrics,
        [this](Params, Gone) -> json {
-         return {{"text", render_weight_update_metrics(*this) + serving_metrics()}};
+         return {{"text",
+                  render_weight_update_metrics(*session_, weight_version()) + serving_metrics()}};
        }},
       {m::kShutdown,
        [this](Params, Gone) -> json {
@@ -499,58 +342,8 @@ json WorkerService::dispatch(const std::string& name, const json& params,
   const protocol::ControlMethod& method = protocol::control_method(name);
   const Handler& handler = handlers_.at(method.name);
   if (method.metric_operation.empty()) return handler(params, caller_gone);
-
-  // A weight-transfer call: counted for /metrics, one at a time per worker.
-  const std::string op(method.metric_operation);
-  auto start = Clock::now();
-  {
-    std::lock_guard lock(stats_mutex_);
-    ++stats_[op].in_flight;
-  }
-  auto record = [&](bool ok) {
-    std::lock_guard lock(stats_mutex_);
-    auto& s = stats_[op];
-    --s.in_flight;
-    (ok ? s.success : s.error) += 1;
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    s.seconds += seconds;
-    for (std::size_t i = 0; i < kDurationBuckets.size(); ++i) {
-      if (seconds <= kDurationBuckets[i]) {
-        ++s.within[i];
-        break;
-      }
-    }
-  };
-  try {
-    json result = weight_call(name, [&] { return handler(params, caller_gone); });
-    record(true);
-    return result;
-  } catch (...) {
-    record(false);
-    throw;
-  }
-}
-
-json WorkerService::weight_call(const std::string& name, const std::function<json()>& run) {
-  std::unique_lock lock(weight_ops_, std::defer_lock);
-  if (!lock.try_lock_for(std::chrono::milliseconds(100))) {
-    throw protocol::RuntimeError(
-        "another weight-transfer call is still running on this worker; "
-        "the four calls of one worker run one at a time");
-  }
-  // Named in health while it runs: an orchestrator (or a test) can see what the worker is in.
-  struct Running {
-    WorkerService& service;
-    Running(WorkerService& s, const std::string& method) : service(s) {
-      std::lock_guard guard(service.stats_mutex_);
-      service.weight_call_ = method;
-    }
-    ~Running() {
-      std::lock_guard guard(service.stats_mutex_);
-      service.weight_call_.clear();
-    }
-  } running(*this, name);
-  return run();
+  // A weight-transfer call: one at a time per worker, counted for /metrics.
+  return session_->run(method, [&] { return handler(params, caller_gone); });
 }
 
 std::uint64_t WorkerService::generate_async(const json& params, GenerateDone done) {
@@ -651,15 +444,6 @@ std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json&
   return start_completion(params);
 }
 
-std::vector<std::uint64_t> WorkerService::bytes_received_by_rank() const {
-  std::vector<std::uint64_t> bytes{controller_->bytes_received()};
-  if (tensor_parallel_) {
-    for (std::uint64_t b : tensor_parallel_->peer_bytes_received())
-      bytes.push_back(b);
-  }
-  return bytes;
-}
-
 std::string WorkerService::serving_metrics() const {
   std::string out =
       metrics_.render(completions_->model_name(), scheduler_->running(), scheduler_->waiting());
@@ -704,11 +488,6 @@ json WorkerService::generate(const json& params, const std::function<bool()>& ca
     if (caller_gone && caller_gone()) scheduler_->cancel(ticket);
   }
   return future.get();
-}
-
-std::map<std::string, WorkerService::OperationStats> WorkerService::operation_stats() const {
-  std::lock_guard lock(stats_mutex_);
-  return stats_;
 }
 
 }  // namespace hotswap::worker

@@ -1,9 +1,10 @@
-// WorkerService: everything a hotswap-worker does, behind one `call(method, params)` that both
-// the ZeroMQ control server and the HTTP routes dispatch to. Method names are vLLM's route
-// names, params vLLM's request bodies, results vLLM's response bodies (docs/architecture.md).
+// WorkerService: wires a hotswap-worker's rooms together (the model and its tensor-parallel
+// ranks, the weight session, the generation scheduler, the OpenAI-compatible routes, the weight
+// checker) behind one `call(method, params)` that both the ZeroMQ control server and the HTTP
+// routes dispatch to. Method names are vLLM's route names, params vLLM's request bodies, results
+// vLLM's response bodies (docs/architecture.md). Nothing below the frontends includes it.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <exception>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "worker/serving/lora_registry.hpp"
 #include "worker/serving/serving_metrics.hpp"
 #include "worker/weight_checker.hpp"
+#include "worker/weight_session.hpp"
 #include "worker/weight_update_controller.hpp"
 #include "worker/worker_options.hpp"
 
@@ -32,10 +34,6 @@ namespace hotswap::worker {
 
 class TensorParallelGroup;
 class TensorParallelModel;
-
-// The model options the worker's flags ask for (device, dtype, quantization, update mode,
-// timeouts); a tensor-parallel rank adds its group.
-model_loader::ModelOptions model_options_for(const WorkerOptions& options);
 
 class WorkerService {
  public:
@@ -83,19 +81,7 @@ class WorkerService {
   // One line for the start-up log: what was loaded and how.
   std::string describe() const;
 
-  // Counters for /metrics.
-  // vLLM 0.34's duration histogram buckets, in seconds (upper bounds; +Inf is implied).
-  static constexpr std::array<double, 9> kDurationBuckets{0.01, 0.1, 1, 10, 30, 60, 120, 300, 600};
-  struct OperationStats {
-    std::uint64_t success = 0, error = 0, in_flight = 0;
-    double seconds = 0;
-    // Calls whose duration was at most kDurationBuckets[i] (not cumulative: render sums them).
-    std::array<std::uint64_t, kDurationBuckets.size()> within{};
-  };
-  std::map<std::string, OperationStats> operation_stats() const;
   std::optional<std::string> weight_version() const { return controller_->weight_version(); }
-  // Bytes of weights each rank has received, rank 0 first (one element at tp = 1).
-  std::vector<std::uint64_t> bytes_received_by_rank() const;
   // vLLM's serving metrics in Prometheus text.
   std::string serving_metrics() const;
 
@@ -107,24 +93,8 @@ class WorkerService {
   void bind_handlers();
   // vLLM's guard on the runtime LoRA routes: a ValueError naming the variable unless it is set.
   void refuse_unless_runtime_lora_updating() const;
-  // What start_weight_update's round loads into: the model (a null staging), or, with hotswap's
-  // `lora_name`, a staging of that adapter, served under its name when the round finishes whole
-  // (replacing the adapter served under it, at its config, or a new one of `lora_config`); with
-  // tensor parallelism, what the other ranks need to stage their shards of it (`peer_params`).
-  struct PendingAdapter;
-  struct AdapterRound {
-    std::shared_ptr<model_loader::LoadableModel> staging;
-    nlohmann::json peer_params = nlohmann::json::object();
-    std::shared_ptr<PendingAdapter> pending;  // what the staging built, until it is served
-  };
-  AdapterRound adapter_round(const nlohmann::json& params);
-  // After every rank's finish returned: serves the adapter the round in progress built, under
-  // its name, at `version` (nothing for a model's round, or one that built nothing).
-  void serve_adapter_round(const std::optional<std::string>& version);
   nlohmann::json dispatch(const std::string& name, const nlohmann::json& params,
                           const CallerGone& caller_gone);
-  // Runs a weight-transfer call under the one-at-a-time lock, named in health while it runs.
-  nlohmann::json weight_call(const std::string& name, const std::function<nlohmann::json()>& run);
   nlohmann::json generate(const nlohmann::json& params, const std::function<bool()>& caller_gone);
   nlohmann::json health() const;
   // The model's tokenizer (tokenize, detokenize); RuntimeError when the worker has none.
@@ -145,8 +115,6 @@ class WorkerService {
   // vLLM's guard on /v1/load_lora_adapter and /v1/unload_lora_adapter: the environment's
   // VLLM_ALLOW_RUNTIME_LORA_UPDATING, read at start-up.
   bool runtime_lora_updating_ = false;
-  // The adapter's round in progress, if the session is one.
-  std::shared_ptr<PendingAdapter> pending_adapter_;
   ServingMetrics metrics_;  // before the scheduler, which records into it
   std::unique_ptr<GenerationScheduler> scheduler_;
   // /tokenize's answer for `text` (a prompt, or a rendered conversation).
@@ -156,15 +124,12 @@ class WorkerService {
   std::unique_ptr<CompletionService> completions_;
   ChatTemplates chat_templates_;  // the model's, or --chat-template
   std::unique_ptr<WeightChecker> checker_;
+  // The weight-transfer calls; after the scheduler, whose generation it holds.
+  std::unique_ptr<WeightSession> session_;
   std::map<std::string_view, Handler> handlers_;
   std::string backend_;
-  std::timed_mutex weight_ops_;  // one weight-transfer call at a time per worker
-  bool update_hold_ = false;     // inplace: generation held during a session
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<std::uint64_t> generate_ids_{0};  // for generate requests that name no id
-  mutable std::mutex stats_mutex_;
-  std::map<std::string, OperationStats> stats_;
-  std::string weight_call_;  // the weight-transfer call running, for health; guarded as stats_
 };
 
 }  // namespace hotswap::worker

@@ -4,10 +4,11 @@
 #include <filesystem>
 
 #include "model_loader/architecture_registry.hpp"
+#include "model_loader/servable_model.hpp"
 #include "protocol/errors.hpp"
 #include "transport/gloo_communicator.hpp"
 #include "worker/log_line.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/worker_options.hpp"
 
 namespace hotswap::worker {
 namespace {

@@ -23,7 +23,7 @@
 #include "transport/exception_text.hpp"
 #include "worker/log_line.hpp"
 #include "worker/parallel/rank_methods.hpp"
-#include "worker/worker_service.hpp"
+#include "worker/worker_options.hpp"
 
 namespace hotswap::worker {
 
