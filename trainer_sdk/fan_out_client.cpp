@@ -3,6 +3,7 @@
 #include <future>
 #include <mutex>
 
+#include "protocol/control_methods.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -60,11 +61,11 @@ void FanOutClient::finish_weight_update(const std::optional<std::string>& weight
 int FanOutClient::inference_world_size() const {
   int total = 0;
   for (const auto& worker : workers_) {
-    auto answer = worker->call("get_world_size", {{"include_dp", false}});
-    const auto& size = answer.at("world_size");
+    const auto method = protocol::methods::kGetWorldSize;
+    auto answer = worker->call(method, {{"include_dp", false}});
+    const auto& size = reply_field(answer, worker->endpoint(), method, "world_size");
     if (!size.is_number_integer() || size.get<int>() < 1) {
-      throw protocol::RuntimeError("worker " + worker->endpoint() +
-                                   " answered get_world_size with " + answer.dump());
+      throw_bad_reply_field(answer, worker->endpoint(), method, "world_size", "a positive integer");
     }
     total += size.get<int>();
   }

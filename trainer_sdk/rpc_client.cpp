@@ -69,4 +69,35 @@ std::string RpcClient::call_raw(std::string_view frame,
   return receive(timeout.value_or(timeout_), "a raw request", nullptr);
 }
 
+namespace {
+
+// The reply as it came, cut short: enough to see what answered.
+std::string reply_text(const nlohmann::json& reply) {
+  std::string text = reply.dump();
+  if (text.size() > 300) text = text.substr(0, 300) + "...";
+  return text;
+}
+
+}  // namespace
+
+const nlohmann::json& reply_field(const nlohmann::json& reply, std::string_view endpoint,
+                                  std::string_view method, std::string_view field) {
+  if (!reply.is_object() || !reply.contains(field)) {
+    throw protocol::RuntimeError("worker " + std::string(endpoint) + " answered " +
+                                 std::string(method) + " without `" + std::string(field) +
+                                 "` (its reply: " + reply_text(reply) +
+                                 "): is that endpoint a hotswap worker of this version?");
+  }
+  return reply[std::string(field)];
+}
+
+void throw_bad_reply_field(const nlohmann::json& reply, std::string_view endpoint,
+                           std::string_view method, std::string_view field,
+                           std::string_view expected) {
+  throw protocol::RuntimeError("worker " + std::string(endpoint) + " answered " +
+                               std::string(method) + " with a `" + std::string(field) +
+                               "` that is not " + std::string(expected) +
+                               " (its reply: " + reply_text(reply) + ")");
+}
+
 }  // namespace hotswap::trainer_sdk

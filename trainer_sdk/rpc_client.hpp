@@ -52,4 +52,25 @@ class RpcClient {
   std::uint64_t next_id_ = 1;
 };
 
+// The field `field` of a worker's reply to `method`. A reply without it is a RuntimeError naming
+// the worker, the method and the field, with the reply itself: a worker of another version, or
+// something that is not a worker, answered.
+const nlohmann::json& reply_field(const nlohmann::json& reply, std::string_view endpoint,
+                                  std::string_view method, std::string_view field);
+[[noreturn]] void throw_bad_reply_field(const nlohmann::json& reply, std::string_view endpoint,
+                                        std::string_view method, std::string_view field,
+                                        std::string_view expected);
+
+// The same, read as T: a field of another type is a RuntimeError naming what was expected.
+template <class T>
+T reply_field_as(const nlohmann::json& reply, std::string_view endpoint, std::string_view method,
+                 std::string_view field, std::string_view expected) {
+  const nlohmann::json& value = reply_field(reply, endpoint, method, field);
+  try {
+    return value.get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw_bad_reply_field(reply, endpoint, method, field, expected);
+  }
+}
+
 }  // namespace hotswap::trainer_sdk

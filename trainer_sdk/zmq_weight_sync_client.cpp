@@ -3,6 +3,17 @@
 #include "protocol/control_methods.hpp"
 
 namespace hotswap::trainer_sdk {
+namespace {
+
+// weight_checker's digests, by tensor name.
+std::map<std::string, std::string> checksums_of(const nlohmann::json& reply,
+                                                const std::string& endpoint) {
+  return reply_field_as<std::map<std::string, std::string>>(
+      reply, endpoint, protocol::methods::kWeightChecker, "checksums",
+      "an object of hex digests by tensor name");
+}
+
+}  // namespace
 
 ZmqWeightSyncClient::ZmqWeightSyncClient(std::string endpoint, std::chrono::milliseconds timeout,
                                          std::optional<CurveKeys> curve)
@@ -50,7 +61,7 @@ void ZmqWeightSyncClient::abort_and_shutdown_weight_transfer_engine() {
 WeightSyncClient::WorkerDigests ZmqWeightSyncClient::checkpoint_checksums() {
   auto reply =
       call(protocol::methods::kWeightChecker, {{"action", "checksum"}, {"format", "checkpoint"}});
-  return {{endpoint_, reply.at("checksums").get<std::map<std::string, std::string>>()}};
+  return {{endpoint_, checksums_of(reply, endpoint_)}};
 }
 
 void ZmqWeightSyncClient::start_adapter_update(const AdapterTarget& adapter) {
@@ -63,7 +74,7 @@ WeightSyncClient::WorkerDigests ZmqWeightSyncClient::adapter_checksums(
     const std::string& lora_name) {
   auto reply = call(protocol::methods::kWeightChecker,
                     {{"action", "checksum"}, {"format", "checkpoint"}, {"lora_name", lora_name}});
-  return {{endpoint_, reply.at("checksums").get<std::map<std::string, std::string>>()}};
+  return {{endpoint_, checksums_of(reply, endpoint_)}};
 }
 
 }  // namespace hotswap::trainer_sdk
