@@ -3,12 +3,27 @@
 #include <zmq_addon.hpp>
 
 #include "protocol/bounded_json.hpp"
+#include "protocol/curve_key_file.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 
 namespace hotswap::trainer_sdk {
 
 using Clock = std::chrono::steady_clock;
+
+CurveKeys CurveKeys::from_files(const std::filesystem::path& server_public_file,
+                                const std::filesystem::path& secret_key_file) {
+  CurveKeys keys;
+  keys.server_public = protocol::read_curve_key_file(server_public_file);
+  keys.secret_key = protocol::read_curve_key_file(secret_key_file);
+  char public_key[41] = {};
+  if (zmq_curve_public(public_key, keys.secret_key.c_str()) != 0) {
+    throw protocol::ValueError("CURVE key file " + secret_key_file.string() +
+                               " holds no usable secret key: " + zmq_strerror(zmq_errno()));
+  }
+  keys.public_key = public_key;
+  return keys;
+}
 
 RpcClient::RpcClient(std::string endpoint, std::chrono::milliseconds timeout,
                      const std::optional<CurveKeys>& curve, std::shared_ptr<zmq::context_t> context)

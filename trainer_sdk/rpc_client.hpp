@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,11 @@ struct CurveKeys {
   std::string server_public;
   std::string public_key;
   std::string secret_key;
+
+  // From key files (protocol/curve_key_file.hpp): the worker's public key, and this client's
+  // secret key, whose public key is derived from it. ValueError naming a file that is wrong.
+  static CurveKeys from_files(const std::filesystem::path& server_public_file,
+                              const std::filesystem::path& secret_key_file);
 };
 
 class RpcClient {

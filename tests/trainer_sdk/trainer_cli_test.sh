@@ -81,6 +81,31 @@ start s0 sparse_gloo --data-parallel-rank 0 --data-parallel-size 2; s0=$endpoint
 start s1 sparse_gloo --data-parallel-rank 1 --data-parallel-size 2; s1=$endpoint
 "$trainer" --workers "$s0,$s1" --backend sparse_gloo --source "$dir/m" --rounds 3 --verify | grep -q 'round 3/3: sparse_gloo .*verified'
 
+# A worker started with CURVE answers only the trainer whose public key it lists: the trainer
+# reaches it with the workers' public key and its own secret key, each in a file.
+mkdir -p "$dir/keys/trainers"
+/usr/bin/python3 - "$dir/keys" <<'PY'
+import os, sys, zmq
+keys = sys.argv[1]
+for name, (public, secret) in (("worker", zmq.curve_keypair()), ("trainer", zmq.curve_keypair())):
+    open(os.path.join(keys, name + ".pub"), "wb").write(public)
+    open(os.path.join(keys, name + ".key"), "wb").write(secret)
+open(os.path.join(keys, "trainers", "trainer.pub"), "wb").write(open(os.path.join(keys, "trainer.pub"), "rb").read())
+PY
+start c0 disk --curve-secret-key-file "$dir/keys/worker.key" --curve-authorized-keys "$dir/keys/trainers"
+c0=$endpoint
+"$trainer" --workers "$c0" --backend disk --source "$dir/m" --rounds 1 --verify \
+  --curve-server-key-file "$dir/keys/worker.pub" --curve-secret-key-file "$dir/keys/trainer.key" |
+  grep -q 'round 1/1: disk .*verified'
+# Without the keys the worker stays silent, and the trainer says so within its timeout.
+if "$trainer" --workers "$c0" --backend disk --source "$dir/m" --timeout 2 2>"$dir/err"; then exit 1; fi
+grep -q "get_world_size" "$dir/err"
+# A key file that holds no key is named.
+echo "not a key" >"$dir/keys/bad.key"
+if "$trainer" --workers "$c0" --backend disk --source "$dir/m" --curve-server-key-file "$dir/keys/worker.pub" \
+  --curve-secret-key-file "$dir/keys/bad.key" 2>"$dir/err"; then exit 1; fi
+grep -q "CURVE key file $dir/keys/bad.key must hold a 40-character Z85 key" "$dir/err"
+
 if "$trainer" --workers "$d" --backend carrier_pigeon --source "$dir/m" 2>"$dir/err"; then exit 1; fi
 grep -q "unknown --backend 'carrier_pigeon'" "$dir/err"
-echo "hotswap-trainer: gloo (one and two trainer ranks), shm, disk and sparse_gloo rounds into two workers each, verified"
+echo "hotswap-trainer: gloo (one and two trainer ranks), shm, disk and sparse_gloo rounds into two workers each, a disk round over CURVE, verified"

@@ -14,6 +14,7 @@
 #include <ATen/ops/randperm.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -78,7 +79,8 @@ at::Generator generator(std::uint64_t seed, std::uint64_t round, std::size_t ind
 // --fault-at: stops this trainer at one point of its first round, deterministically. Where the
 // workers have a call in flight at that point (init, update), it first waits until the first
 // worker says so in `health`, so that the fault always lands inside that call.
-void install_fault(const std::string& at, const std::string& action, const std::string& worker) {
+void install_fault(const std::string& at, const std::string& action, const std::string& worker,
+                   const std::optional<trainer_sdk::CurveKeys>& curve) {
   const auto point = *trainer_sdk::round_point_from_name(at);
   auto fired = std::make_shared<bool>(false);
   trainer_sdk::set_round_hook([=](trainer_sdk::RoundPoint reached) {
@@ -88,7 +90,7 @@ void install_fault(const std::string& at, const std::string& action, const std::
                          : point == trainer_sdk::RoundPoint::kMidUpdate ? "update_weights"
                                                                         : nullptr;
     if (inside != nullptr) {
-      trainer_sdk::RpcClient observer(worker, std::chrono::seconds(5));
+      trainer_sdk::RpcClient observer(worker, std::chrono::seconds(5), curve);
       // A quick call (a shm or disk init) may be over before it is seen: then it is done.
       const auto deadline = Clock::now() + std::chrono::seconds(3);
       while (Clock::now() < deadline && observer.call("health")["weight_call"] != inside) {
@@ -202,6 +204,19 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--disk-dir", disk_dir, "shared directory for the disk backend");
   app.add_option("--timeout", timeout_seconds, "seconds for every wait")->capture_default_str();
+  std::string curve_server_key_file, curve_secret_key_file;
+  auto* curve_server =
+      app.add_option("--curve-server-key-file", curve_server_key_file,
+                     "reach workers started with --curve-secret-key-file: the workers' Z85 "
+                     "public key (40 chars) in a file")
+          ->check(CLI::ExistingFile);
+  auto* curve_secret =
+      app.add_option("--curve-secret-key-file", curve_secret_key_file,
+                     "with --curve-server-key-file: this trainer's Z85 secret key in a file (its "
+                     "public key must be in the workers' --curve-authorized-keys)")
+          ->check(CLI::ExistingFile);
+  curve_server->needs(curve_secret);
+  curve_secret->needs(curve_server);
   std::string fault_at, fault_action = "kill";
   app.add_option(
          "--fault-at", fault_at,
@@ -222,9 +237,14 @@ int main(int argc, char** argv) {
   RankProcesses other_ranks;
   try {
     auto timeout = protocol::to_milliseconds(timeout_seconds);
+    std::optional<trainer_sdk::CurveKeys> curve;
+    if (!curve_server_key_file.empty()) {
+      curve = trainer_sdk::CurveKeys::from_files(curve_server_key_file, curve_secret_key_file);
+    }
     std::vector<std::shared_ptr<trainer_sdk::ZmqWeightSyncClient>> clients;
     for (const auto& endpoint : split(workers)) {
-      clients.push_back(std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, timeout));
+      clients.push_back(
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, timeout, curve));
     }
     auto client = std::make_shared<trainer_sdk::FanOutClient>(clients);
     // Every trainer rank broadcasts (each sends what it holds), and each endpoint may be a
@@ -241,7 +261,7 @@ int main(int argc, char** argv) {
                                  std::to_string(ranks) +
                                  " joins rank 0's group: give it rank 0's --master-port");
     }
-    if (!fault_at.empty()) install_fault(fault_at, fault_action, split(workers).front());
+    if (!fault_at.empty()) install_fault(fault_at, fault_action, split(workers).front(), curve);
     if (master_port == 0) master_port = transport::pick_free_port();
     // --ranks N without --rank: this process is rank 0, and starts the others (over NCCL, rank r
     // on the r-th GPU after --device: NCCL refuses two ranks of one group on one GPU).

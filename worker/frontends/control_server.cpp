@@ -5,12 +5,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include "worker/log_line.hpp"
 
 #include "model_loader/intra_op_team.hpp"
 #include "protocol/control_methods.hpp"
+#include "protocol/curve_key_file.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 
@@ -27,17 +27,6 @@ bool is_loopback(const std::string& endpoint) {
   return endpoint.starts_with("tcp://127.") || endpoint.starts_with("tcp://localhost:") ||
          endpoint.starts_with("tcp://[::1]") || endpoint.starts_with("ipc://") ||
          endpoint.starts_with("inproc://");
-}
-
-std::string read_key_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::string key;
-  in >> key;
-  if (key.size() != 40) {
-    throw protocol::ValueError("CURVE key file " + path.string() +
-                               " must hold a 40-character Z85 key");
-  }
-  return key;
 }
 
 constexpr const char* kMonitorEndpoint = "inproc://hotswap-control-monitor";
@@ -67,7 +56,7 @@ ControlServer::ControlServer(WorkerService& service, const WorkerOptions& option
           "connect; name the authorized keys' directory, or pass --curve-allow-any-client to "
           "encrypt without authenticating clients");
     }
-    std::string secret = read_key_file(options.curve_secret_key_file);
+    std::string secret = protocol::read_curve_key_file(options.curve_secret_key_file);
     if (!options.curve_authorized_keys.empty()) start_zap_handler(options.curve_authorized_keys);
     socket_.set(zmq::sockopt::curve_server, 1);
     socket_.set(zmq::sockopt::curve_secretkey, secret);
@@ -107,7 +96,7 @@ void ControlServer::start_zap_handler(const std::string& authorized_keys_dir) {
   std::set<std::string> allowed;
   for (const auto& entry : std::filesystem::directory_iterator(authorized_keys_dir)) {
     if (!entry.is_regular_file()) continue;
-    std::string z85 = read_key_file(entry.path());
+    std::string z85 = protocol::read_curve_key_file(entry.path());
     std::string raw(32, '\0');
     if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85.c_str()) == nullptr) {
       throw protocol::ValueError("CURVE key file " + entry.path().string() + " is not valid Z85");
