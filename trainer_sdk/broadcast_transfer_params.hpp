@@ -10,6 +10,7 @@
 
 #include "protocol/nccl_info.hpp"
 #include "protocol/timeouts.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -33,6 +34,13 @@ struct BroadcastTransferParams {
 
   // What the sender ships as the workers' init_info: `broadcasters` is its rank_offset.
   protocol::NcclInitInfo worker_init_info(int broadcasters) const;
+  // The settings both broadcast backends read beyond the rendezvous.
+  void read_settings(const TrainerSettings& s) {
+    packed = s.packed;
+    packed_buffer_size_bytes = s.packed_buffer_size_bytes;
+    timeout = s.timeout;
+    trainer_ranks = s.trainer_ranks;
+  }
 };
 
 }  // namespace hotswap::trainer_sdk

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <memory>
 
+#include <array>
 #include <chrono>
 
 #include "protocol/backend_names.hpp"
 #include "protocol/timeouts.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -22,6 +24,13 @@ struct DiskTrainerInitInfo : TrainerInitInfoFor<DiskTrainerInitInfo> {
       : TrainerInitInfoFor(rank), directory(std::move(directory)) {}
   std::filesystem::path directory;  // shared with the workers; absolute
   std::chrono::milliseconds timeout{protocol::kDefaultTimeout};  // for each control call
+
+  static constexpr std::array settings_read = {settings::kDiskDir};
+  static DiskTrainerInitInfo from_settings(const TrainerSettings& s) {
+    DiskTrainerInitInfo info(s.disk_dir, s.rank);
+    info.timeout = s.timeout;
+    return info;
+  }
 };
 
 class DiskTrainerEngine : public TrainerWeightTransferEngine {

@@ -21,6 +21,7 @@
 // destroyed without that word leaks them on purpose rather than free them.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 
@@ -29,6 +30,7 @@
 #include "protocol/timeouts.hpp"
 #include "trainer_sdk/retained_exports.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -40,6 +42,17 @@ struct IpcTrainerInitInfo : TrainerInitInfoFor<IpcTrainerInitInfo> {
   std::int64_t packed_buffer_size_bytes = protocol::kDefaultPackedBufferSizeBytes;
   int device = 0;  // the CUDA device the trainer and the worker share
   std::chrono::milliseconds timeout{protocol::kDefaultTimeout};  // for each control call
+
+  static constexpr std::array settings_read = {settings::kPacked, settings::kBufferSize,
+                                               settings::kDevice};
+  static IpcTrainerInitInfo from_settings(const TrainerSettings& s) {
+    IpcTrainerInitInfo info(s.rank);
+    info.packed = s.packed;
+    info.packed_buffer_size_bytes = s.packed_buffer_size_bytes;
+    info.device = s.device;
+    info.timeout = s.timeout;
+    return info;
+  }
 };
 
 class IpcTrainerEngine final : public TrainerWeightTransferEngine {

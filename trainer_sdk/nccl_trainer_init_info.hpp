@@ -2,12 +2,14 @@
 // (BroadcastTransferParams says what it shares with `gloo`).
 #pragma once
 
+#include <array>
 #include <string>
 #include <utility>
 
 #include "protocol/backend_names.hpp"
 #include "trainer_sdk/broadcast_transfer_params.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -22,6 +24,17 @@ struct NcclTrainerInitInfo : TrainerInitInfoFor<NcclTrainerInitInfo>, BroadcastT
   // Mint the id and ship it as `nccl_unique_id_b64` instead of hosting a TCPStore (vLLM's
   // rendezvous for torch-free peers; master_address and master_port are then unused).
   bool use_unique_id = false;
+
+  static constexpr std::array settings_read = {
+      settings::kMasterAddress, settings::kMasterPort, settings::kTrainerRanks, settings::kPacked,
+      settings::kBufferSize,    settings::kDevice,     settings::kNcclUniqueId};
+  static NcclTrainerInitInfo from_settings(const TrainerSettings& s) {
+    NcclTrainerInitInfo info(s.master_address, s.master_port, s.world_size, s.rank);
+    info.read_settings(s);
+    info.device = s.device;
+    info.use_unique_id = s.use_nccl_unique_id;
+    return info;
+  }
 };
 
 }  // namespace hotswap::trainer_sdk

@@ -16,6 +16,7 @@
 // all: the round names their offsets and the workers read them in place.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 
@@ -25,6 +26,7 @@
 #include "protocol/timeouts.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/shm_ring.hpp"
 
@@ -42,6 +44,17 @@ struct ShmTrainerInitInfo : TrainerInitInfoFor<ShmTrainerInitInfo> {
   std::shared_ptr<SharedWeightArena> arena;            // tensors read in place, if any
   bool stream_window = false;  // through the cache-sized window where every worker can
   std::chrono::milliseconds timeout{protocol::kDefaultTimeout};
+
+  static constexpr std::array settings_read = {settings::kBufferSize, settings::kShmArena,
+                                               settings::kShmWindow};
+  static ShmTrainerInitInfo from_settings(const TrainerSettings& s) {
+    ShmTrainerInitInfo info(s.num_workers, s.rank);
+    info.packed_buffer_size_bytes = s.packed_buffer_size_bytes;
+    info.timeout = s.timeout;
+    info.arena = s.shm_arena;
+    info.stream_window = s.shm_window;
+    return info;
+  }
 };
 
 class ShmTrainerEngine : public TrainerWeightTransferEngine {

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "protocol/timeouts.hpp"
 #include "trainer_sdk/sender_group.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 #include "transport/communicator.hpp"
 
@@ -43,6 +45,15 @@ struct SparseGlooTrainerInitInfo : TrainerInitInfoFor<SparseGlooTrainerInitInfo>
   SparseGlooTrainerInitInfo(std::string master_address, int master_port, int world_size, int rank)
       : TrainerInitInfoFor(rank),
         SparseTransferParams{std::move(master_address), master_port, world_size} {}
+
+  // A delta backend: each round's patches go to send_weights(patches), with no WeightSource.
+  static constexpr bool takes_source = false;
+  static constexpr std::array settings_read = {settings::kMasterAddress, settings::kMasterPort};
+  static SparseGlooTrainerInitInfo from_settings(const TrainerSettings& s) {
+    SparseGlooTrainerInitInfo info(s.master_address, s.master_port, s.world_size, s.rank);
+    info.timeout = s.timeout;
+    return info;
+  }
 };
 
 struct SparseNcclTrainerInitInfo : TrainerInitInfoFor<SparseNcclTrainerInitInfo>,
@@ -53,6 +64,17 @@ struct SparseNcclTrainerInitInfo : TrainerInitInfoFor<SparseNcclTrainerInitInfo>
         SparseTransferParams{std::move(master_address), master_port, world_size} {}
   int device = 0;              // the CUDA device this trainer sends from
   bool use_unique_id = false;  // as NcclTrainerInitInfo::use_unique_id
+
+  static constexpr bool takes_source = false;  // as SparseGlooTrainerInitInfo's
+  static constexpr std::array settings_read = {settings::kMasterAddress, settings::kMasterPort,
+                                               settings::kDevice, settings::kNcclUniqueId};
+  static SparseNcclTrainerInitInfo from_settings(const TrainerSettings& s) {
+    SparseNcclTrainerInitInfo info(s.master_address, s.master_port, s.world_size, s.rank);
+    info.timeout = s.timeout;
+    info.device = s.device;
+    info.use_unique_id = s.use_nccl_unique_id;
+    return info;
+  }
 };
 
 class SparseTrainerEngine : public TrainerWeightTransferEngine {

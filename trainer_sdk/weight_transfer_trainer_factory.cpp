@@ -1,5 +1,8 @@
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 
+#include <map>
+#include <mutex>
+
 #include "protocol/plugin_registry.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
 #include "trainer_sdk/disk_trainer_engine.hpp"
@@ -10,26 +13,40 @@
 namespace hotswap::trainer_sdk {
 namespace {
 
-using Registry = protocol::PluginRegistry<WeightTransferTrainerFactory::CreatorSignature>;
+using Factory = WeightTransferTrainerFactory;
+using Registry = protocol::PluginRegistry<Factory::CreatorSignature>;
 
-// The built-in trainer engines are registered when the registry is first used.
+// What launchers can configure, by backend, in registration order.
+struct SettingsTable {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, Factory::SettingsSupport>> rows;
+};
+SettingsTable& settings_table() {
+  static SettingsTable table;
+  return table;
+}
+
+template <class Engine>
+void register_builtin(Registry& registry) {
+  using Info = typename Engine::InitInfo;
+  registry.register_engine(std::string(Info::backend), Factory::creator_for<Engine>());
+  auto& table = settings_table();
+  std::lock_guard lock(table.mutex);
+  table.rows.emplace_back(std::string(Info::backend), Factory::settings_support_for<Info>());
+}
+
+// The built-in trainer engines are registered when the registry is first used: a backend is its
+// engine's files and one line here.
 Registry& registry() {
   static Registry instance("Weight transfer trainer engine", "trainer engines");
   static const bool builtins_registered = [] {
-    instance.register_engine(std::string(GlooTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<BroadcastTrainerEngine>());
-    instance.register_engine(std::string(DiskTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<DiskTrainerEngine>());
-    instance.register_engine(std::string(ShmTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<ShmTrainerEngine>());
-    instance.register_engine(std::string(SparseGlooTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<SparseTrainerEngine>());
-    instance.register_engine(std::string(IpcTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<IpcTrainerEngine>());
-    instance.register_engine(std::string(NcclTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<NcclTrainerEngine>());
-    instance.register_engine(std::string(SparseNcclTrainerInitInfo::backend),
-                             WeightTransferTrainerFactory::creator_for<SparseNcclTrainerEngine>());
+    register_builtin<BroadcastTrainerEngine>(instance);
+    register_builtin<DiskTrainerEngine>(instance);
+    register_builtin<ShmTrainerEngine>(instance);
+    register_builtin<SparseTrainerEngine>(instance);
+    register_builtin<IpcTrainerEngine>(instance);
+    register_builtin<NcclTrainerEngine>(instance);
+    register_builtin<SparseNcclTrainerEngine>(instance);
     return true;
   }();
   (void)builtins_registered;
@@ -65,6 +82,44 @@ std::unique_ptr<TrainerWeightTransferEngine> WeightTransferTrainerFactory::train
                                  "' returned no engine");
   }
   return engine;
+}
+
+void WeightTransferTrainerFactory::register_settings(const std::string& name,
+                                                     SettingsSupport support) {
+  registry();  // the built-ins first
+  auto& table = settings_table();
+  std::lock_guard lock(table.mutex);
+  table.rows.emplace_back(name, std::move(support));
+}
+
+const WeightTransferTrainerFactory::SettingsSupport& WeightTransferTrainerFactory::settings_support(
+    const std::string& backend) {
+  // An unknown backend: the registry's own error, which lists every one there is.
+  if (!registry().contains(backend)) registry().resolve(backend);
+  auto& table = settings_table();
+  std::lock_guard lock(table.mutex);
+  for (const auto& [name, support] : table.rows) {
+    if (name == backend) return support;
+  }
+  throw protocol::ValueError("weight transfer backend '" + backend +
+                             "' was registered with a creator alone: build its TrainerInitInfo "
+                             "in code (its init info declares no settings_read/from_settings)");
+}
+
+std::vector<std::string> WeightTransferTrainerFactory::backends_reading(std::string_view setting) {
+  registry();
+  auto& table = settings_table();
+  std::lock_guard lock(table.mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, support] : table.rows) {
+    for (auto read : support.reads) {
+      if (read == setting) {
+        out.push_back(name);
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 bool WeightTransferTrainerFactory::is_registered(const std::string& name) {

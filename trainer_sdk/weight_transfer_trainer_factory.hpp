@@ -8,16 +8,27 @@
 //                   std::shared_ptr<hotswap::trainer_sdk::WeightSource> source);
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "protocol/errors.hpp"
 #include "trainer_sdk/trainer_init_info.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 #include "trainer_sdk/trainer_weight_transfer_engine.hpp"
 
 namespace hotswap::trainer_sdk {
+
+// An init info a launcher can build from TrainerSettings: it names the optional settings it
+// reads and builds itself from them (trainer_settings.hpp).
+template <class Info>
+concept ReadsTrainerSettings = requires(const TrainerSettings& s) {
+  { Info::settings_read.size() } -> std::convertible_to<std::size_t>;
+  { Info::from_settings(s) } -> std::same_as<Info>;
+};
 
 class WeightTransferTrainerFactory {
  public:
@@ -33,13 +44,43 @@ class WeightTransferTrainerFactory {
   // Registers Engine under its init info's backend key. Engine provides
   // `using InitInfo = ...;` and `static std::unique_ptr<Engine> trainer_init(const InitInfo&,
   // std::shared_ptr<WeightSyncClient>, std::shared_ptr<WeightSource>)`.
+  // An InitInfo that reads TrainerSettings is registered for launchers too.
   template <class Engine>
   static void register_engine() {
     using Info = typename Engine::InitInfo;
     static_assert(DeclaresBackend<Info>,
                   "the engine's InitInfo must set a class-level `backend` string");
     register_engine(std::string(Info::backend), creator_for<Engine>());
+    if constexpr (ReadsTrainerSettings<Info>) {
+      register_settings(std::string(Info::backend), settings_support_for<Info>());
+    }
   }
+
+  // What a launcher needs of a backend: the optional settings its init info reads, whether its
+  // engine takes a WeightSource (a delta backend takes patches instead), and how its init info
+  // is built from TrainerSettings.
+  struct SettingsSupport {
+    std::vector<std::string_view> reads;
+    bool takes_source = true;
+    std::function<std::unique_ptr<TrainerInitInfo>(const TrainerSettings&)> make;
+  };
+  template <class Info>
+  requires ReadsTrainerSettings<Info>
+  static SettingsSupport settings_support_for() {
+    SettingsSupport support;
+    support.reads.assign(Info::settings_read.begin(), Info::settings_read.end());
+    if constexpr (requires { Info::takes_source; }) support.takes_source = Info::takes_source;
+    support.make = [](const TrainerSettings& s) -> std::unique_ptr<TrainerInitInfo> {
+      return std::make_unique<Info>(Info::from_settings(s));
+    };
+    return support;
+  }
+  static void register_settings(const std::string& name, SettingsSupport support);
+  // The backend's; a ValueError naming it when it is unknown, or was registered with a creator
+  // alone (a plugin's), which launchers cannot configure.
+  static const SettingsSupport& settings_support(const std::string& backend);
+  // The backends whose init info reads `setting`, in registration order.
+  static std::vector<std::string> backends_reading(std::string_view setting);
 
   // The creator of Engine: checks that the init info is Engine's, then calls its trainer_init.
   template <class Engine>

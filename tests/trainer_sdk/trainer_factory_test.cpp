@@ -233,4 +233,49 @@ BOOST_AUTO_TEST_CASE(every_builtin_backend_name_has_a_trainer_engine) {
   }
 }
 
+// A launcher builds any built-in backend's init info from TrainerSettings through the factory,
+// and learns which settings each reads (hotswap-trainer refuses a mode flag its backend ignores).
+BOOST_AUTO_TEST_CASE(launchers_build_every_builtin_init_info_from_settings) {
+  trainer_sdk::TrainerSettings settings;
+  settings.rank = 0;
+  settings.world_size = 3;
+  settings.master_address = "127.0.0.1";
+  settings.master_port = 29511;
+  settings.packed = false;
+  settings.packed_buffer_size_bytes = 1 << 20;
+  settings.trainer_ranks = 2;
+  for (auto name : hotswap::protocol::backends::kBuiltin) {
+    const auto& support = Factory::settings_support(std::string(name));
+    BOOST_TEST(support.make(settings)->backend_name() == name);
+  }
+  auto info = Factory::settings_support("gloo").make(settings);
+  const auto& gloo = dynamic_cast<const trainer_sdk::GlooTrainerInitInfo&>(*info);
+  BOOST_TEST(gloo.master_port == 29511);
+  BOOST_TEST(gloo.world_size == 3);
+  BOOST_TEST(!gloo.packed);
+  BOOST_TEST(gloo.packed_buffer_size_bytes == (1 << 20));
+  BOOST_TEST(gloo.trainer_ranks == 2);
+  BOOST_TEST(Factory::settings_support("gloo").takes_source);
+  BOOST_TEST(!Factory::settings_support("sparse_gloo").takes_source);
+  BOOST_TEST(Factory::backends_reading(trainer_sdk::settings::kShmWindow) ==
+                 (std::vector<std::string>{"shm"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(Factory::backends_reading(trainer_sdk::settings::kTrainerRanks) ==
+                 (std::vector<std::string>{"gloo", "nccl"}),
+             boost::test_tools::per_element());
+  HOTSWAP_CHECK_THROW_MSG(Factory::settings_support("carrier_pigeon"), protocol::ValueError,
+                          "Invalid weight transfer backend: carrier_pigeon");
+}
+
+BOOST_AUTO_TEST_CASE(a_backend_registered_by_creator_alone_is_not_built_from_settings) {
+  Factory::register_engine("factory_test_creator_only",
+                           [](const trainer_sdk::TrainerInitInfo&,
+                              std::shared_ptr<trainer_sdk::WeightSyncClient>,
+                              std::shared_ptr<trainer_sdk::WeightSource>) {
+                             return std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>();
+                           });
+  HOTSWAP_CHECK_THROW_MSG(Factory::settings_support("factory_test_creator_only"),
+                          protocol::ValueError, "was registered with a creator alone");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

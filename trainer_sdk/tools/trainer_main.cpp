@@ -14,7 +14,7 @@
 #include <ATen/ops/randperm.h>
 
 #include <algorithm>
-#include <optional>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
@@ -32,17 +33,14 @@
 #include "protocol/backend_names.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/timeouts.hpp"
-#include "trainer_sdk/broadcast_trainer_engine.hpp"
-#include "trainer_sdk/disk_trainer_engine.hpp"
 #include "trainer_sdk/fan_out_client.hpp"
-#include "trainer_sdk/ipc_trainer_engine.hpp"
 #include "trainer_sdk/round_hook.hpp"
 #include "trainer_sdk/rpc_client.hpp"
 #include "trainer_sdk/shard_plan.hpp"
 #include "trainer_sdk/shared_weight_arena.hpp"
-#include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
+#include "trainer_sdk/trainer_settings.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 #include "transport/child_process.hpp"
 #include "transport/exception_text.hpp"
@@ -51,17 +49,33 @@
 using namespace hotswap;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-namespace backends = protocol::backends;
+using Factory = trainer_sdk::WeightTransferTrainerFactory;
+namespace settings = trainer_sdk::settings;
 
 namespace {
 
-// The built-in backends, for --help and the error naming an unknown one.
-std::string backend_list(std::string_view separator) {
+// `names` joined by `separator`, the last by `last` ("a, b and c").
+std::string join(const std::vector<std::string>& names, std::string_view separator,
+                 std::string_view last) {
   std::string out;
-  for (auto name : backends::kBuiltin)
-    out += (out.empty() ? "" : std::string(separator)) + std::string(name);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += std::string(i + 1 == names.size() ? last : separator);
+    out += names[i];
+  }
   return out;
 }
+
+// The backends the trainer can configure, for --help and the error naming an unknown one.
+std::string backend_list(std::string_view separator) {
+  return join(Factory::registered_backends(), separator, separator);
+}
+
+// The flags that switch a backend into a mode of its own: given for a backend whose init info
+// does not read them, they would be ignored silently, so they are refused instead. The other
+// settings (--buffer-size, --device, --master-port, ...) tune whichever backend reads them, and
+// scripts pass them alike to all.
+constexpr std::array kModeSettings = {settings::kShmArena, settings::kShmWindow,
+                                      settings::kNcclUniqueId};
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -237,6 +251,24 @@ int main(int argc, char** argv) {
   RankProcesses other_ranks;
   try {
     auto timeout = protocol::to_milliseconds(timeout_seconds);
+    if (!Factory::is_registered(backend)) {
+      throw protocol::ValueError("unknown --backend '" + backend + "' (" + backend_list(", ") +
+                                 ")");
+    }
+    const auto& backend_settings = Factory::settings_support(backend);
+    const auto reads = [&](std::string_view setting) {
+      return std::find(backend_settings.reads.begin(), backend_settings.reads.end(), setting) !=
+             backend_settings.reads.end();
+    };
+    const auto refuse_unread = [&](std::string_view setting, const std::string& given) {
+      if (reads(setting)) return;
+      throw protocol::ValueError(given + " is for --backend " +
+                                 join(Factory::backends_reading(setting), ", ", " or "));
+    };
+    for (auto setting : kModeSettings) {
+      const std::string flag = "--" + std::string(setting);
+      if (app.count(flag) > 0) refuse_unread(setting, flag);
+    }
     std::optional<trainer_sdk::CurveKeys> curve;
     if (!curve_server_key_file.empty()) {
       curve = trainer_sdk::CurveKeys::from_files(curve_server_key_file, curve_secret_key_file);
@@ -250,11 +282,13 @@ int main(int argc, char** argv) {
     // Every trainer rank broadcasts (each sends what it holds), and each endpoint may be a
     // tensor-parallel worker of several ranks: the group's size comes from the workers.
     const int world_size = ranks + client->inference_world_size();
-    if (ranks > 1 && backend != backends::kGloo && backend != backends::kNccl) {
-      throw protocol::ValueError("--ranks " + std::to_string(ranks) +
-                                 " is for the gloo and nccl backends, where every trainer rank "
-                                 "joins the broadcast group; --backend " +
-                                 backend + " sends from rank 0");
+    if (ranks > 1 && !reads(settings::kTrainerRanks)) {
+      throw protocol::ValueError(
+          "--ranks " + std::to_string(ranks) + " is for the " +
+          join(Factory::backends_reading(settings::kTrainerRanks), ", ", " and ") +
+          " backends, where every trainer rank joins the broadcast group; "
+          "--backend " +
+          backend + " sends from rank 0");
     }
     if (ranks > 1 && rank > 0 && master_port == 0) {
       throw protocol::ValueError("--rank " + std::to_string(rank) + " of --ranks " +
@@ -270,7 +304,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> args(argv + 1, argv + argc);
         args.insert(args.end(),
                     {"--rank", std::to_string(r), "--master-port", std::to_string(master_port)});
-        if (backend == backends::kNccl)
+        if (reads(settings::kDevice))
           args.insert(args.end(), {"--device", std::to_string(device + r)});
         other_ranks.spawn(args);
       }
@@ -282,11 +316,7 @@ int main(int argc, char** argv) {
     for (const auto& name : checkpoint.names())
       tensors.emplace_back(name, checkpoint.tensor(name).clone());
     std::shared_ptr<trainer_sdk::SharedWeightArena> arena;
-    if (shm_window && backend != backends::kShm) {
-      throw protocol::ValueError("--shm-window is for --backend shm");
-    }
     if (shm_arena) {
-      if (backend != backends::kShm) throw protocol::ValueError("--shm-arena is for --backend shm");
       // Trained in place there from now on: each step writes the bytes the workers will read.
       std::vector<protocol::ParamMeta> meta;
       for (const auto& [name, t] : tensors)
@@ -322,7 +352,6 @@ int main(int argc, char** argv) {
     }
     std::uint64_t model_bytes = checkpoint.total_bytes();
 
-    std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
     std::filesystem::path owned_disk_dir;
     // The directory this run made for the disk backend goes on every exit path.
     struct RemoveOnExit {
@@ -332,60 +361,32 @@ int main(int argc, char** argv) {
         if (!path.empty()) std::filesystem::remove_all(path, ec);
       }
     } cleanup{owned_disk_dir};
-    // What the dense broadcast backends (gloo, nccl) take from the command line.
-    auto with_flags = [&](trainer_sdk::BroadcastTransferParams& params) {
-      params.packed = packed;
-      params.packed_buffer_size_bytes = buffer_size;
-      params.timeout = timeout;
-      params.trainer_ranks = ranks;
-    };
-    if (backend == backends::kGloo) {
-      trainer_sdk::GlooTrainerInitInfo info(master_address, master_port, world_size, rank);
-      with_flags(info);
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == backends::kNccl) {
-      trainer_sdk::NcclTrainerInitInfo info(master_address, master_port, world_size, rank);
-      with_flags(info);
-      info.device = device;
-      info.use_unique_id = nccl_unique_id;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == backends::kIpc) {
-      trainer_sdk::IpcTrainerInitInfo info(rank);
-      info.packed = packed;
-      info.packed_buffer_size_bytes = buffer_size;
-      info.device = device;
-      info.timeout = timeout;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == backends::kSparseGloo) {
-      trainer_sdk::SparseGlooTrainerInitInfo info(master_address, master_port, world_size, rank);
-      info.timeout = timeout;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
-    } else if (backend == backends::kSparseNccl) {
-      trainer_sdk::SparseNcclTrainerInitInfo info(master_address, master_port, world_size, rank);
-      info.timeout = timeout;
-      info.device = device;
-      info.use_unique_id = nccl_unique_id;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client);
-    } else if (backend == backends::kDisk) {
-      if (disk_dir.empty()) {
-        owned_disk_dir = std::filesystem::temp_directory_path() /
-                         ("hotswap-trainer-" + std::to_string(::getpid()));
-        disk_dir = owned_disk_dir.string();
-      }
-      trainer_sdk::DiskTrainerInitInfo info(std::filesystem::absolute(disk_dir), rank);
-      info.timeout = timeout;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else if (backend == backends::kShm) {
-      trainer_sdk::ShmTrainerInitInfo info(static_cast<int>(clients.size()), rank);
-      info.packed_buffer_size_bytes = buffer_size;
-      info.timeout = timeout;
-      info.arena = arena;
-      info.stream_window = shm_window;
-      engine = trainer_sdk::WeightTransferTrainerFactory::trainer_init(info, client, source);
-    } else {
-      throw protocol::ValueError("unknown --backend '" + backend + "' (" + backend_list(", ") +
-                                 ")");
+    if (reads(settings::kDiskDir) && disk_dir.empty()) {
+      owned_disk_dir = std::filesystem::temp_directory_path() /
+                       ("hotswap-trainer-" + std::to_string(::getpid()));
+      disk_dir = owned_disk_dir.string();
     }
+    // The backend's init info, built from the flags through the factory: its own declaration
+    // says which settings it reads.
+    trainer_sdk::TrainerSettings flags;
+    flags.rank = rank;
+    flags.world_size = world_size;
+    flags.num_workers = static_cast<int>(clients.size());
+    flags.timeout = timeout;
+    flags.master_address = master_address;
+    flags.master_port = master_port;
+    flags.trainer_ranks = ranks;
+    flags.device = device;
+    flags.packed = packed;
+    flags.packed_buffer_size_bytes = buffer_size;
+    flags.use_nccl_unique_id = nccl_unique_id;
+    flags.shm_arena = arena;
+    flags.shm_window = shm_window;
+    if (!disk_dir.empty()) flags.disk_dir = std::filesystem::absolute(disk_dir);
+    auto engine = Factory::trainer_init(*backend_settings.make(flags), client,
+                                        backend_settings.takes_source ? source : nullptr);
+    // A delta backend sends each round's patches instead of its source.
+    auto* sparse = dynamic_cast<trainer_sdk::SparseTrainerEngine*>(engine.get());
 
     for (int round = 1; round <= rounds; ++round) {
       std::string version = "round-" + std::to_string(round);
@@ -393,7 +394,7 @@ int main(int argc, char** argv) {
       // Set where the sync begins: the simulated step before it is the trainer's compute, not
       // part of the sync.
       Clock::time_point start;
-      if (backend.starts_with("sparse_")) {
+      if (sparse != nullptr) {
         // A deterministic sparse delta: a few elements of every tensor of two dimensions.
         std::vector<trainer_sdk::SparsePatch> patches;
         for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -412,7 +413,6 @@ int main(int argc, char** argv) {
           patches.push_back({name, idx.to(at::kInt), values, t.sizes().vec()});
           bytes += static_cast<std::uint64_t>(n * 4 + values.nbytes());
         }
-        auto* sparse = dynamic_cast<trainer_sdk::SparseTrainerEngine*>(engine.get());
         start = Clock::now();
         sparse->send_weights(patches, version);
       } else {
