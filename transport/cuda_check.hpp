@@ -1,6 +1,7 @@
 // Check macros for CUDA runtime and NCCL calls (GPU builds only). A failure throws a
-// TransferError that names the call and its site, so an error reads like a backtrace:
-//   "cudaDeviceSynchronize() failed at transport/device.cpp:21: cudaErrorLaunchFailure (...)"
+// TransferError that says which call failed and why, then where it is in hotswap's tree:
+//   "cudaDeviceSynchronize() failed: cudaErrorLaunchFailure (unspecified launch failure)
+//    [at transport/device.cpp:21]"
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -70,9 +70,18 @@ BOOST_AUTO_TEST_CASE(a_rank_outside_the_world_is_refused_before_any_cuda_call) {
 BOOST_AUTO_TEST_CASE(a_one_rank_group_runs_its_collectives_on_the_gpu_or_fails_clearly_without) {
   const auto gpu = transport::gpu_runtime_info();
   if (gpu.device_count == 0) {
-    // No GPU here: the failure names the call and the reason.
-    HOTSWAP_CHECK_THROW_MSG(transport::NcclCommunicator({{}, 0, 1, 0, 5s}), protocol::TransferError,
-                            "cudaSetDevice(");
+    // No GPU here: the failure names the call and the reason, then the call's site in
+    // hotswap's tree, never the folder the build machine compiled it in.
+    try {
+      transport::NcclCommunicator comm({{}, 0, 1, 0, 5s});
+      BOOST_FAIL("a communicator started without a GPU");
+    } catch (const protocol::TransferError& e) {
+      const std::string message = e.what();
+      BOOST_TEST(message.starts_with("cudaSetDevice("), message);
+      BOOST_TEST(message.find(") failed: cudaError") != std::string::npos, message);
+      BOOST_TEST(message.find("[at transport/") != std::string::npos, message);
+      BOOST_TEST(message.find(HOTSWAP_SOURCE_ROOT) == std::string::npos, message);
+    }
     return;
   }
   // Init, then the warm-up all-reduce, within the timeout.
