@@ -44,6 +44,9 @@ if [ -n "$hits" ]; then echo "layering: trainer_sdk/ may use only model_loader's
 hits=$(grep -rnE '#include "model_loader/architectures/' "$root/model_loader" "$root/receiver" "$root/worker" "$root/trainer_sdk" \
   --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*model_loader/(architectures/|architecture_registry\.cpp:)')
 if [ -n "$hits" ]; then echo "layering: only model_loader/architecture_registry.cpp may include an architecture (everything else uses ServableModel):"; echo "$hits"; status=1; fi
+# The shared blocks serve every family: none of them knows one.
+hits=$(grep -rnE '#include "model_loader/architectures/' "$root/model_loader/blocks" --include='*.hpp' --include='*.cpp' 2>/dev/null)
+if [ -n "$hits" ]; then echo "layering: model_loader/blocks/ must not include an architecture:"; echo "$hits"; status=1; fi
 for file in "$root"/model_loader/architectures/*_model.hpp; do
   [ -e "$file" ] || continue
   if ! grep -q '#include "model_loader/servable_runtime.hpp"' "$file"; then
