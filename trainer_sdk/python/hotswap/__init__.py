@@ -108,6 +108,11 @@ except ImportError as _error:  # the client alone: a build without the extension
         raise ImportError(f"hotswap.{name} is part of the trainer SDK, which did not import: "
                           f"{_TRAINER_SDK_IMPORT_ERROR}") from _TRAINER_SDK_IMPORT_ERROR
 
-from .client import CONTROL_METHODS, HotswapError, HotswapWeightSyncClient  # noqa: F401,E402
+from .client import (  # noqa: F401,E402
+    CONTROL_METHODS,
+    DEFAULT_TIMEOUT_S,
+    HotswapError,
+    HotswapWeightSyncClient,
+)
 from .fan_out_client import HotswapFanOutClient  # noqa: F401,E402
 from .worker_process import WorkerProcess, free_port  # noqa: F401,E402

@@ -19,6 +19,13 @@ import threading
 import zmq
 
 
+# The bound, in seconds, of every control call and wait a caller does not bound itself: the
+# Python twin of protocol/timeouts.hpp's kDefaultTimeout (kDefaultTimeoutSeconds), which is also
+# the default of hotswap-worker's --timeout and of the extension's init infos and clients, so
+# that a trainer and a worker left at their defaults give up together. Every Python default
+# names it; tests/check_python_constants.py fails on a literal copy and checks it against C++.
+DEFAULT_TIMEOUT_S = 300.0
+
 # The worker's control methods, as `hotswap-worker --control-methods` prints them from the
 # C++ table in protocol/control_methods.cpp (the client's test checks that the two agree).
 CONTROL_METHODS = (
@@ -66,7 +73,7 @@ class HotswapWeightSyncClient:
     bring its public key and a key pair it authorizes, given as a dict of three Z85 strings,
     {"server_public", "public_key", "secret_key"} (what hotswap.ZmqWeightSyncClient takes)."""
 
-    def __init__(self, endpoint, timeout=300.0, context=None, curve=None):
+    def __init__(self, endpoint, timeout=DEFAULT_TIMEOUT_S, context=None, curve=None):
         self.endpoint = endpoint
         self.timeout = timeout
         self.curve = curve

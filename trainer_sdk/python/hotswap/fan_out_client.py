@@ -11,11 +11,11 @@ client methods, and `verify=True` reads `checkpoint_checksums` / `adapter_checks
 
 import concurrent.futures
 
-from .client import HotswapError, HotswapWeightSyncClient
+from .client import DEFAULT_TIMEOUT_S, HotswapError, HotswapWeightSyncClient
 
 
 class HotswapFanOutClient:
-    def __init__(self, endpoints, timeout=300.0, curve=None):
+    def __init__(self, endpoints, timeout=DEFAULT_TIMEOUT_S, curve=None):
         if isinstance(endpoints, str):
             raise TypeError(f"HotswapFanOutClient takes a list of endpoints, got the one string "
                             f"{endpoints!r}")

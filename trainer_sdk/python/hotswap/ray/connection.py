@@ -9,6 +9,7 @@ import secrets
 
 import zmq
 
+from ..client import DEFAULT_TIMEOUT_S
 from ..fan_out_client import HotswapFanOutClient
 
 
@@ -59,7 +60,7 @@ class GroupConnection:
         broadcasting trainer ranks."""
         return len(self.endpoints) * self.tensor_parallel_size
 
-    def client(self, kind="cpp", timeout=300.0):
+    def client(self, kind="cpp", timeout=DEFAULT_TIMEOUT_S):
         """The fan-out client over every replica: kind "cpp" is hotswap.FanOutClient (the trainer
         SDK's, needs the extension), "python" hotswap.HotswapFanOutClient (pyzmq only)."""
         if kind == "python":
@@ -70,7 +71,7 @@ class GroupConnection:
 
         return hotswap.FanOutClient(list(self.endpoints), timeout=timeout, curve=self.curve)
 
-    def replica_client(self, replica, kind="python", timeout=300.0):
+    def replica_client(self, replica, kind="python", timeout=DEFAULT_TIMEOUT_S):
         """One replica's client: hotswap.ZmqWeightSyncClient ("cpp") or
         hotswap.HotswapWeightSyncClient ("python")."""
         if kind == "python":

@@ -28,6 +28,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from ..client import DEFAULT_TIMEOUT_S
 from ..worker_process import free_port
 from .placement import actor_options, bundle_for, release, reserve
 
@@ -103,6 +104,7 @@ class TrainerRank:
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=60)
 
     def where(self):
+        # The node's address as Ray knows it (its raylet's), as ReplicaActor binds workers to.
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def free_port(self):
@@ -129,7 +131,8 @@ class TrainerGroup:
     **kwargs)`. run() calls a method on every rank at once."""
 
     def __init__(self, trainer_class, ranks=1, *, args=(), kwargs=None, resources_per_rank=None,
-                 placement="pack", placement_timeout=60.0, fail_fast=True, setup_timeout=300.0):
+                 placement="pack", placement_timeout=60.0, fail_fast=True,
+                 setup_timeout=DEFAULT_TIMEOUT_S):
         if not isinstance(ranks, int) or ranks < 1:
             raise ValueError(f"ranks must be a positive int, not {ranks!r}")
         self.ranks = ranks

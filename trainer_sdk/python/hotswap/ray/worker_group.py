@@ -16,6 +16,7 @@ import ray
 from ray.util.scheduling_strategies import (NodeAffinitySchedulingStrategy,
                                             PlacementGroupSchedulingStrategy)
 
+from ..client import DEFAULT_TIMEOUT_S
 from .connection import GroupConnection, GroupKeys
 from .group_ledger import GroupLedger
 from .placement import actor_options, bundle_for, release, reserve
@@ -46,7 +47,7 @@ class WorkerGroup:
 
     def __init__(self, model, replicas, tensor_parallel_size=1, weight_transfer_config=None,
                  worker_args=(), resources_per_rank=None, placement="spread", http=False,
-                 binary="hotswap-worker", max_restarts=3, ready_timeout=300.0,
+                 binary="hotswap-worker", max_restarts=3, ready_timeout=DEFAULT_TIMEOUT_S,
                  placement_timeout=60.0, fail_fast=True, env=None, name=None):
         if not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"replicas must be a positive int, not {replicas!r}")
@@ -155,7 +156,7 @@ class WorkerGroup:
                                tuple(i["incarnation"] for i in infos), self.tensor_parallel_size,
                                self.keys.client_curve(), self.keys.api_key)
 
-    def client(self, kind="cpp", timeout=300.0):
+    def client(self, kind="cpp", timeout=DEFAULT_TIMEOUT_S):
         """The fan-out client over every replica: "cpp" (hotswap.FanOutClient) or "python"
         (hotswap.HotswapFanOutClient)."""
         return self.connection().client(kind, timeout)
