@@ -11,6 +11,9 @@ interleaved:
 
 A figure is the median of its repetitions, printed with its range and the peer's.
 
+Every simulated node is at 127.0.0.1: Ray, the workers, hotswap-launch and the trainer stay on
+loopback.
+
 Usage: PYTHONPATH=build/python python3 bench/ray_group_bench.py BUILD_DIR [--reps N]
        [--push-reps N] [--replicas N] [--json]
 """
@@ -25,11 +28,18 @@ import sys
 import tempfile
 import time
 
-import ray
-from ray.cluster_utils import Cluster
+# The simulated nodes are at LOOPBACK (Cluster's node_ip_address), where the replicas and the
+# trainer bind. ray.init would replace a loopback address by this machine's interface address
+# (ray/_private/services.py, resolve_ip_for_localhost), where those nodes do not listen, but for
+# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read when ray is imported.
+LOOPBACK = "127.0.0.1"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-import hotswap
-import hotswap.ray
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import hotswap  # noqa: E402
+import hotswap.ray  # noqa: E402
 
 
 class PushTrainer:
@@ -120,10 +130,11 @@ def main():
     cpus = args.replicas + 2  # a node holds a packed group, a spread group's replica, a trainer
     store = 128 << 20  # each node's object store: nothing large goes through it
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": cpus, "include_dashboard": False, "object_store_memory": store})
+        "node_ip_address": LOOPBACK, "num_cpus": cpus, "include_dashboard": False,
+        "object_store_memory": store})
     for _ in range(2):
-        cluster.add_node(num_cpus=cpus, object_store_memory=store)
-    ray.init(address=cluster.address, log_to_driver=False)
+        cluster.add_node(node_ip_address=LOOPBACK, num_cpus=cpus, object_store_memory=store)
+    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False)
     cluster.wait_for_nodes()
     common = dict(resources_per_rank={"CPU": 1}, weight_transfer_config={"backend": "gloo"},
                   binary=worker, ready_timeout=300)

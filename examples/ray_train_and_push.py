@@ -12,7 +12,8 @@ hotswap workers on other nodes, which serve /v1/completions all the while.
   transfer group with every replica and pushes again.
 
 Without --address it runs on a simulated three-node cluster on this machine
-(ray.cluster_utils.Cluster): nodes 0 and 1 for inference, node 2 for the trainer.
+(ray.cluster_utils.Cluster): nodes 0 and 1 for inference, node 2 for the trainer, every one at
+127.0.0.1, so that Ray, the workers and the trainer stay on loopback.
 
     PYTHONPATH=build/python python3 examples/ray_train_and_push.py \\
         --worker build/worker/hotswap-worker --make-model build/model_loader/hotswap-make-model
@@ -30,6 +31,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+# The simulated cluster's nodes are at LOOPBACK (Cluster's node_ip_address), where the replicas
+# and the trainer bind. ray.init would replace a loopback address by this machine's interface
+# address (ray/_private/services.py, resolve_ip_for_localhost), where those nodes do not listen,
+# but for RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read when ray is imported. Nothing else: a real
+# cluster's --address is kept as given either way.
+LOOPBACK = "127.0.0.1"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 try:
     import ray
@@ -151,13 +160,19 @@ def start_cluster(args):
         return None, rank, dict(rank)
     from ray.cluster_utils import Cluster
 
+    store = 128 << 20  # each node's object store, small: nothing large goes through it
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"inference": 1}, "include_dashboard": False,
-        "object_store_memory": 128 << 20})  # small: nothing large goes through it
-    cluster.add_node(num_cpus=2, resources={"inference": 1}, object_store_memory=128 << 20)
-    cluster.add_node(num_cpus=2, resources={"trainer": 1}, object_store_memory=128 << 20)
-    ray.init(address=cluster.address, log_to_driver=False)
+        "node_ip_address": LOOPBACK, "num_cpus": 2, "resources": {"inference": 1},
+        "include_dashboard": False, "object_store_memory": store})
+    cluster.add_node(node_ip_address=LOOPBACK, num_cpus=2, resources={"inference": 1},
+                     object_store_memory=store)
+    cluster.add_node(node_ip_address=LOOPBACK, num_cpus=2, resources={"trainer": 1},
+                     object_store_memory=store)
+    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False)
     cluster.wait_for_nodes()
+    nodes_at = {n["NodeManagerAddress"] for n in ray.nodes()}
+    if nodes_at != {LOOPBACK}:
+        raise SystemExit(f"the simulated nodes are at {sorted(nodes_at)}, not {LOOPBACK}")
     return cluster, {"CPU": 1, "inference": 0.5}, {"CPU": 1, "trainer": 1}
 
 

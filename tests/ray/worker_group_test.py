@@ -14,12 +14,15 @@ this machine, each with resources of its own).
   taken fails within its placement_timeout; a worker that cannot start names its replica.
 - shutdown() leaves no hotswap process or shared-memory segment (a shm trainer killed first
   included); nor does a driver killed with SIGKILL while its shm trainer holds segments.
+- Everything stays on loopback: the nodes are at 127.0.0.1, and every endpoint, HTTP URL and
+  node address a group reports, and a trainer group's master_address, is in 127.0.0.0/8.
 
 Usage: worker_group_test.py WORKER MAKE_MODEL
 Skips (exit 77), saying why, where Ray cannot be imported.
 """
 
 import glob
+import ipaddress
 import os
 import signal
 import subprocess
@@ -28,7 +31,20 @@ import tempfile
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+
+# Every node of the simulated cluster is at LOOPBACK (Cluster's node_ip_address), so every
+# replica and trainer rank, which bind their node's address, stays on this machine's loopback.
+# ray.init replaces a loopback address it is given (the cluster's, its _node_ip_address) by
+# services.get_node_ip_address() (ray/_private/services.py, resolve_ip_for_localhost), which is
+# this machine's interface address, where nodes started at 127.0.0.1 do not listen; with
+# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 that answer is 127.0.0.1 instead, and the address is kept.
+# Read once, when ray is imported: set before, and inherited by check_driver_death's driver and
+# by the nodes' processes (where Ray's own node address takes precedence anyway).
+LOOPBACK = "127.0.0.1"
+LOOPBACK_NETWORK = ipaddress.ip_network("127.0.0.0/8")
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 try:
     import ray
@@ -94,6 +110,38 @@ class Trainer:
 def served_versions(workers):
     client = workers.client("python", timeout=TIMEOUT)
     return [reply["weight_version"] for reply in client.call("weight_info")]
+
+
+def on_loopback(address):
+    """Whether `address` (tcp://HOST:PORT, http://HOST:PORT, HOST:PORT or HOST) is in
+    127.0.0.0/8."""
+    if "://" in address:
+        host = urllib.parse.urlsplit(address).hostname
+    else:
+        host = address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+    try:
+        return ipaddress.ip_address(host) in LOOPBACK_NETWORK
+    except ValueError:  # a host name, or nothing: not an address on loopback
+        return False
+
+
+def check_loopback(group):
+    """Every address `group` reports, by endpoints(), infos() and connection(), is on
+    loopback."""
+    connection = group.connection()
+    addresses = [*group.endpoints(), *connection.endpoints, *connection.http_urls]
+    for info in group.infos():
+        addresses += [info["node_ip"], info["endpoint"], info["http_url"]]
+    off = [a for a in addresses if a is not None and not on_loopback(a)]
+    assert not off, f"WorkerGroup {group.name} reports addresses off loopback: {off}"
+
+
+def check_trainers_loopback(trainers):
+    """A trainer group's rendezvous (master_address) and its ranks' nodes are on loopback."""
+    addresses = [trainers.master_address] + [c.master_address for c in trainers.contexts] + \
+        [c.node_ip for c in trainers.contexts]
+    off = [a for a in addresses if not on_loopback(a)]
+    assert not off, f"TrainerGroup addresses off loopback: {off}"
 
 
 def alive(pid):
@@ -200,7 +248,7 @@ def check_driver_death(address, model, worker):
     (and their children), and a trainer rank's janitor unlinks the rank's shm segments."""
     script = textwrap.dedent(f"""
         import time, ray, hotswap, hotswap.ray
-        ray.init(address={address!r}, log_to_driver=False)
+        ray.init(address={address!r}, _node_ip_address={LOOPBACK!r}, log_to_driver=False)
         group = hotswap.ray.WorkerGroup({model!r}, replicas=1, resources_per_rank={{"CPU": 1}},
                                         weight_transfer_config={{"backend": "shm"}},
                                         binary={worker!r})
@@ -238,6 +286,32 @@ def check_driver_death(address, model, worker):
     print("a driver killed with SIGKILL left no worker, trainer or segment")
 
 
+def start_cluster():
+    """Three simulated nodes, every one at LOOPBACK, and this driver connected to them: nodes 0
+    and 1 can hold inference replicas, node 2 the trainer (a replica or trainer placed elsewhere
+    would fail the node checks of main). ray.shutdown() and the cluster's shutdown() end it."""
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "node_ip_address": LOOPBACK, "num_cpus": 3, "resources": {"inference": 1},
+        "include_dashboard": False, "object_store_memory": OBJECT_STORE})
+    try:
+        cluster.add_node(node_ip_address=LOOPBACK, num_cpus=3, resources={"inference": 1},
+                         object_store_memory=OBJECT_STORE)
+        cluster.add_node(node_ip_address=LOOPBACK, num_cpus=3, resources={"trainer": 1},
+                         object_store_memory=OBJECT_STORE)
+        ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False)
+        cluster.wait_for_nodes()
+        # Ray itself, before any group: every node as the cluster knows it, the address the
+        # driver reached it at, and the driver's own node.
+        nodes_at = [n["NodeManagerAddress"] for n in ray.nodes()] + \
+            [cluster.address, ray.util.get_node_ip_address()]
+        assert all(on_loopback(a) for a in nodes_at), f"Ray is not on loopback: {nodes_at}"
+    except BaseException:
+        ray.shutdown()
+        cluster.shutdown()
+        raise
+    return cluster
+
+
 def main(worker, make_model):
     tmp = tempfile.mkdtemp(prefix="hotswap-ray-test-")
     model = os.path.join(tmp, "model")
@@ -245,16 +319,8 @@ def main(worker, make_model):
                     "--intermediate-size", "96", "--heads", "4", "--kv-heads", "2", "--vocab",
                     "128", "--seed", "3", "--out", model], check=True, stdout=subprocess.DEVNULL)
     segments_before = set(glob.glob("/dev/shm/hotswap-*"))
-    # Nodes 0 and 1 can hold inference replicas, node 2 the trainer: a replica or trainer
-    # placed elsewhere would fail the node checks below.
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 3, "resources": {"inference": 1}, "include_dashboard": False,
-        "object_store_memory": OBJECT_STORE})
-    cluster.add_node(num_cpus=3, resources={"inference": 1}, object_store_memory=OBJECT_STORE)
-    cluster.add_node(num_cpus=3, resources={"trainer": 1}, object_store_memory=OBJECT_STORE)
+    cluster = start_cluster()
     try:
-        ray.init(address=cluster.address, log_to_driver=False)
-        cluster.wait_for_nodes()
         check_placement_failures(model, worker)
 
         workers = hotswap.ray.WorkerGroup(
@@ -271,6 +337,7 @@ def main(worker, make_model):
             assert workers.get_world_size() == 4 and workers.get_world_size(False) == 2
             assert workers.connection().inference_world_size() == 4
             assert all(h["status"] == "ok" for h in workers.health()), workers.health()
+            check_loopback(workers)
             # The replicas' actors drive workers with the client alone: no torch (600 MB each).
             loaded = ray.get(workers._actors[0].__ray_call__.remote(
                 lambda actor: "torch" in sys.modules), timeout=TIMEOUT)
@@ -279,6 +346,7 @@ def main(worker, make_model):
 
             trainers = hotswap.ray.TrainerGroup(Trainer, ranks=1, args=(model,),
                                                 resources_per_rank={"CPU": 1, "trainer": 1})
+            check_trainers_loopback(trainers)
             trainer_node = trainers.run("connect", workers.connection())[0]
             assert trainer_node not in nodes, "the trainer shares a node with a replica"
             trainers.run("push", "round-1", timeout=120)
@@ -307,6 +375,7 @@ def main(worker, make_model):
             # Back on the same node, it took the same ports: clients made before still reach it.
             assert (now["endpoint"], now["http_url"]) == (victim["endpoint"], victim["http_url"])
             assert workers.health()[1]["restarts"] == 1
+            check_loopback(workers)
             # The restarted worker serves the checkpoint again: the next init takes it in.
             assert served_versions(workers)[1] != "round-2"
             connection = workers.connection()
@@ -322,6 +391,7 @@ def main(worker, make_model):
             trainers = hotswap.ray.TrainerGroup(Trainer, ranks=2, args=(model,),
                                                 resources_per_rank={"CPU": 1}, placement="spread")
             assert trainers.master_address == trainers.contexts[0].node_ip
+            check_trainers_loopback(trainers)
             trainers.run("connect", workers.connection())
             trainers.run("push", "round-4", timeout=120)
             trainers.run("push", "round-5", timeout=120)
@@ -337,6 +407,8 @@ def main(worker, make_model):
                 model, replicas=1, resources_per_rank={"CPU": 1, "trainer": 0.5},
                 weight_transfer_config={"backend": "shm"}, binary=worker, ready_timeout=TIMEOUT)
             try:
+                check_loopback(local)
+                check_trainers_loopback(trainers)
                 trainers.run("connect", local.connection(), None, "cpp", "shm")
                 trainers.run("push", "shm-1", timeout=120)
                 assert glob.glob("/dev/shm/hotswap-*"), "the shm trainer made no segment"
@@ -353,6 +425,7 @@ def main(worker, make_model):
                                            weight_transfer_config={"backend": "gloo"},
                                            binary=worker, max_restarts=0, ready_timeout=TIMEOUT)
             try:
+                check_loopback(once)
                 pid = once.kill_worker(0)
                 assert not wait_gone([pid], 30)
                 try:
@@ -364,6 +437,8 @@ def main(worker, make_model):
             finally:
                 once.shutdown()
             print("a replica out of restarts: wait_ready names it, health says dead")
+            print("every group's endpoints, HTTP URLs and nodes, and every trainer group's "
+                  "master_address, on loopback")
         finally:
             pids = [i["pid"] for i in workers.infos() if i is not None]
             if trainers is not None:

@@ -60,6 +60,9 @@ class ReplicaActor:
         ledger = self.ledger
         context = ray.get_runtime_context()
         self.node_id = context.get_node_id()
+        # The node's address as Ray knows it: in an actor, the --node-ip-address its raylet
+        # started it with (ray.nodes()' NodeManagerAddress), never a guess from the network
+        # interfaces. The worker binds there, so nodes started at 127.0.0.1 keep it on loopback.
         self.node_ip = ray.util.get_node_ip_address()
         self.incarnation = uuid.uuid4().hex
         with warnings.catch_warnings():  # Ray 2.60 warns about its own use of actor_id there
