@@ -36,6 +36,9 @@ fi
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  # As scripts/test.sh: cached by paths relative to the checkout, so other clones reuse it.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 fi
 cmake -S "$root/fuzz" -B "$build" $("$root/scripts/cmake-generator.sh" "$build") -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
   "${launcher[@]}" >/dev/null

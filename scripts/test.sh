@@ -15,9 +15,34 @@ if [ "${1:-}" = "--sanitize" ]; then
   shift
 fi
 
+# Each stage's wall time, printed at the end of the run (on every exit path).
+stage_names=()
+stage_seconds=()
+stage_start=$SECONDS
+stage() {  # stage NAME: the stage that just ended
+  stage_names+=("$1")
+  stage_seconds+=($((SECONDS - stage_start)))
+  stage_start=$SECONDS
+}
+print_stages() {
+  local i
+  echo "== test.sh stages (wall time):"
+  for i in "${!stage_names[@]}"; do
+    printf '   %-10s %5d s\n' "${stage_names[$i]}" "${stage_seconds[$i]}"
+  done
+  printf '   %-10s %5d s\n' total "$SECONDS"
+}
+trap print_stages EXIT
+
+# ccache keys on paths relative to the checkout (and not on the build folder's own path), so a
+# clone in another folder, CI's among them, reuses what this machine compiled for any other.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+
 "$root/scripts/install-deps.sh"
 # The torch environment install-deps made: libtorch, the `hotswap` package's python, the peers.
 torch_python=$("$root/scripts/make-torch-env.sh" --python)
+stage install
 
 if ((sanitize)); then
   build=${HOTSWAP_BUILD_DIR:-$root/build-sanitize}
@@ -44,10 +69,13 @@ else
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DHOTSWAP_WERROR=ON \
     -DHOTSWAP_TORCH_PYTHON="$torch_python" "$@"
 fi
+stage configure
 cmake --build "$build" -j "$jobs"
+stage build
 cd "$build"
 status=0
 ctest --output-on-failure -j "$jobs" --timeout 600 || status=$?
+stage tests
 if ((sanitize)); then
   if compgen -G "$reports/*" >/dev/null; then
     echo "== sanitizer reports (each fails the run):"
