@@ -40,29 +40,26 @@ WeightSession::WeightSession(Parts parts) : parts_(std::move(parts)) {}
 WeightSession::~WeightSession() = default;
 
 json WeightSession::run(const protocol::ControlMethod& method, const std::function<json()>& call) {
-  std::unique_lock lock(one_call_at_a_time_, std::defer_lock);
-  if (!lock.try_lock_for(std::chrono::milliseconds(100))) {
-    throw protocol::RuntimeError(
-        "another weight-transfer call is still running on this worker; "
-        "the four calls of one worker run one at a time");
-  }
   const std::string op(method.metric_operation);
-  const auto start = Clock::now();
   {
     std::lock_guard guard(stats_mutex_);
     ++stats_[op].in_flight;
-    current_call_ = method.name;  // an orchestrator (or a test) sees what the worker is in
   }
-  // However the call ends: counted, and no longer named in health.
+  // Declared before the record, so that the record's last words (the name cleared from health)
+  // come while this call still holds the lock, never over the next call's name.
+  std::unique_lock lock(one_call_at_a_time_, std::defer_lock);
+  // However the call ends, a refusal for another call in flight included (vLLM times every call
+  // of the route under its operation): counted, and no longer named in health.
   struct Record {
     WeightSession& session;
     const std::string& op;
     Clock::time_point start;
     bool ok = false;
+    bool named = false;
     ~Record() {
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       std::lock_guard guard(session.stats_mutex_);
-      session.current_call_.clear();
+      if (named) session.current_call_.clear();
       auto& s = session.stats_[op];
       --s.in_flight;
       (ok ? s.success : s.error) += 1;
@@ -74,7 +71,17 @@ json WeightSession::run(const protocol::ControlMethod& method, const std::functi
         }
       }
     }
-  } record{*this, op, start};
+  } record{*this, op, Clock::now()};
+  if (!lock.try_lock_for(std::chrono::milliseconds(100))) {
+    throw protocol::RuntimeError(
+        "another weight-transfer call is still running on this worker; "
+        "the four calls of one worker run one at a time");
+  }
+  {
+    std::lock_guard guard(stats_mutex_);
+    current_call_ = method.name;  // an orchestrator (or a test) sees what the worker is in
+    record.named = true;
+  }
   json result = call();
   record.ok = true;
   return result;
