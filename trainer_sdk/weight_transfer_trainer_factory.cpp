@@ -92,7 +92,7 @@ void WeightTransferTrainerFactory::register_settings(const std::string& name,
   table.rows.emplace_back(name, std::move(support));
 }
 
-const WeightTransferTrainerFactory::SettingsSupport& WeightTransferTrainerFactory::settings_support(
+WeightTransferTrainerFactory::SettingsSupport WeightTransferTrainerFactory::settings_support(
     const std::string& backend) {
   // An unknown backend: the registry's own error, which lists every one there is.
   if (!registry().contains(backend)) registry().resolve(backend);

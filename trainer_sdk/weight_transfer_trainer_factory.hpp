@@ -76,9 +76,10 @@ class WeightTransferTrainerFactory {
     return support;
   }
   static void register_settings(const std::string& name, SettingsSupport support);
-  // The backend's; a ValueError naming it when it is unknown, or was registered with a creator
-  // alone (a plugin's), which launchers cannot configure.
-  static const SettingsSupport& settings_support(const std::string& backend);
+  // The backend's (a copy: a later registration may move the table's rows); a ValueError naming
+  // it when it is unknown, or was registered with a creator alone (a plugin's), which launchers
+  // cannot configure.
+  static SettingsSupport settings_support(const std::string& backend);
   // The backends whose init info reads `setting`, in registration order.
   static std::vector<std::string> backends_reading(std::string_view setting);
 

@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(launchers_build_every_builtin_init_info_from_settings) {
   settings.packed_buffer_size_bytes = 1 << 20;
   settings.trainer_ranks = 2;
   for (auto name : hotswap::protocol::backends::kBuiltin) {
-    const auto& support = Factory::settings_support(std::string(name));
+    const auto support = Factory::settings_support(std::string(name));
     BOOST_TEST(support.make(settings)->backend_name() == name);
   }
   auto info = Factory::settings_support("gloo").make(settings);

@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
       throw protocol::ValueError("unknown --backend '" + backend + "' (" + backend_list(", ") +
                                  ")");
     }
-    const auto& backend_settings = Factory::settings_support(backend);
+    const auto backend_settings = Factory::settings_support(backend);
     const auto reads = [&](std::string_view setting) {
       return std::find(backend_settings.reads.begin(), backend_settings.reads.end(), setting) !=
              backend_settings.reads.end();
