@@ -267,6 +267,23 @@ def lora_sources():
           "arena_from_parameters moved only the parameters given")
 
 
+def init_infos_from_settings():
+    """A launcher reaches every registered backend through the factory, by name alone."""
+    factory = hotswap.WeightTransferTrainerFactory
+    for backend in factory.registered_backends():
+        info = factory.init_info_from_settings(backend, rank=0, world_size=2)
+        check(info.backend == backend, f"{backend}: built a {type(info).__name__}")
+    gloo = factory.init_info_from_settings("gloo", rank=1, world_size=3, master_port=29512,
+                                           packed=False, timeout=7.5)
+    check(isinstance(gloo, hotswap.GlooTrainerInitInfo), "gloo's init info keeps its class")
+    check((gloo.rank, gloo.world_size, gloo.master_port, gloo.packed, gloo.timeout) ==
+          (1, 3, 29512, False, 7.5), "gloo's init info took the settings")
+    check("shm-window" in factory.settings_read("shm"), "shm reads shm-window")
+    check("shm-window" not in factory.settings_read("gloo"), "gloo does not read shm-window")
+    expect(ValueError, "Invalid weight transfer backend: carrier_pigeon",
+           lambda: factory.init_info_from_settings("carrier_pigeon", rank=0))
+
+
 def against_a_worker(worker, model, tensors):
     factory = hotswap.WeightTransferTrainerFactory
     with hotswap.WorkerProcess(worker, model, "shm") as w:
@@ -424,6 +441,7 @@ def main(worker, make):
     types_and_values(tensors)
     vllm_034_forms()
     lora_sources()
+    init_infos_from_settings()
     against_a_worker(worker, model, tensors)
     if FAILURES:
         print("python bindings: FAILED")

@@ -6,9 +6,12 @@
 // halves, which stop dispatching to Python once the Python object is gone. Every transfer runs
 // with the GIL released; a Python source or client takes it back for each call.
 #include <atomic>
+#include <filesystem>
 
 #include "protocol/errors.hpp"
+#include "protocol/timeouts.hpp"
 #include "trainer_sdk/python/bindings/conversions.hpp"
+#include "trainer_sdk/shared_weight_arena.hpp"
 #include "trainer_sdk/sparse_trainer_engine.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
 
@@ -240,7 +243,53 @@ void bind_engines(py::module_& m) {
           "Rendezvous with the workers through the engine of init_info.backend and return it "
           "ready.")
       .def_static("registered_backends", &Factory::registered_backends)
-      .def_static("is_registered", &Factory::is_registered, py::arg("name"));
+      .def_static("is_registered", &Factory::is_registered, py::arg("name"))
+      // A launcher's way to any registered backend, with no class of its own to know: the
+      // factory builds the backend's init info from settings, as hotswap-trainer does.
+      .def_static(
+          "init_info_from_settings",
+          [](const std::string& backend, int rank, int world_size, int num_workers,
+             double timeout, std::string master_address, int master_port, int trainer_ranks,
+             int device, bool packed, std::int64_t packed_buffer_size_bytes,
+             bool use_nccl_unique_id, std::shared_ptr<trainer_sdk::SharedWeightArena> shm_arena,
+             bool shm_window, std::string disk_dir) {
+            trainer_sdk::TrainerSettings s;
+            s.rank = rank;
+            s.world_size = world_size;
+            s.num_workers = num_workers;
+            s.timeout = timeout_argument(timeout, "timeout");
+            s.master_address = std::move(master_address);
+            s.master_port = master_port;
+            s.trainer_ranks = trainer_ranks;
+            s.device = device;
+            s.packed = packed;
+            s.packed_buffer_size_bytes = packed_buffer_size_bytes;
+            s.use_nccl_unique_id = use_nccl_unique_id;
+            s.shm_arena = std::move(shm_arena);
+            s.shm_window = shm_window;
+            if (!disk_dir.empty()) s.disk_dir = std::filesystem::absolute(disk_dir);
+            return Factory::settings_support(backend).make(s);
+          },
+          py::arg("backend"), py::kw_only(), py::arg("rank"), py::arg("world_size") = 0,
+          py::arg("num_workers") = 1, py::arg("timeout") = protocol::kDefaultTimeoutSeconds,
+          py::arg("master_address") = "127.0.0.1", py::arg("master_port") = 0,
+          py::arg("trainer_ranks") = 1, py::arg("device") = 0, py::arg("packed") = true,
+          py::arg("packed_buffer_size_bytes") = protocol::kDefaultPackedBufferSizeBytes,
+          py::arg("use_nccl_unique_id") = false, py::arg("shm_arena") = nullptr,
+          py::arg("shm_window") = false, py::arg("disk_dir") = "",
+          "The init info of `backend`, built by the factory from launcher settings (each "
+          "backend reads those it names in settings_read(backend)); ValueError for a backend "
+          "registered with a creator alone.")
+      .def_static(
+          "settings_read",
+          [](const std::string& backend) {
+            std::vector<std::string> out;
+            for (auto name : Factory::settings_support(backend).reads)
+              out.emplace_back(name);
+            return out;
+          },
+          py::arg("backend"),
+          "The optional settings `backend`'s init info reads, named as hotswap-trainer's flags.");
 }
 
 }  // namespace hotswap::python
