@@ -268,12 +268,12 @@ BOOST_AUTO_TEST_CASE(launchers_build_every_builtin_init_info_from_settings) {
 }
 
 BOOST_AUTO_TEST_CASE(a_backend_registered_by_creator_alone_is_not_built_from_settings) {
-  Factory::register_engine("factory_test_creator_only",
-                           [](const trainer_sdk::TrainerInitInfo&,
-                              std::shared_ptr<trainer_sdk::WeightSyncClient>,
-                              std::shared_ptr<trainer_sdk::WeightSource>) {
-                             return std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>();
-                           });
+  Factory::register_engine(
+      "factory_test_creator_only",
+      [](const trainer_sdk::TrainerInitInfo&, std::shared_ptr<trainer_sdk::WeightSyncClient>,
+         std::shared_ptr<trainer_sdk::WeightSource>) {
+        return std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine>();
+      });
   HOTSWAP_CHECK_THROW_MSG(Factory::settings_support("factory_test_creator_only"),
                           protocol::ValueError, "was registered with a creator alone");
 }

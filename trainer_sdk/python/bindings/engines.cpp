@@ -248,11 +248,11 @@ void bind_engines(py::module_& m) {
       // factory builds the backend's init info from settings, as hotswap-trainer does.
       .def_static(
           "init_info_from_settings",
-          [](const std::string& backend, int rank, int world_size, int num_workers,
-             double timeout, std::string master_address, int master_port, int trainer_ranks,
-             int device, bool packed, std::int64_t packed_buffer_size_bytes,
-             bool use_nccl_unique_id, std::shared_ptr<trainer_sdk::SharedWeightArena> shm_arena,
-             bool shm_window, std::string disk_dir) {
+          [](const std::string& backend, int rank, int world_size, int num_workers, double timeout,
+             std::string master_address, int master_port, int trainer_ranks, int device,
+             bool packed, std::int64_t packed_buffer_size_bytes, bool use_nccl_unique_id,
+             std::shared_ptr<trainer_sdk::SharedWeightArena> shm_arena, bool shm_window,
+             std::string disk_dir) {
             trainer_sdk::TrainerSettings s;
             s.rank = rank;
             s.world_size = world_size;
