@@ -27,7 +27,9 @@ struct DiskTrainerInitInfo : TrainerInitInfoFor<DiskTrainerInitInfo> {
 
   static constexpr std::array settings_read = {settings::kDiskDir};
   static DiskTrainerInitInfo from_settings(const TrainerSettings& s) {
-    DiskTrainerInitInfo info(s.disk_dir, s.rank);
+    // Empty stays empty: never silently the working directory.
+    DiskTrainerInitInfo info(
+        s.disk_dir.empty() ? s.disk_dir : std::filesystem::absolute(s.disk_dir), s.rank);
     info.timeout = s.timeout;
     return info;
   }

@@ -18,8 +18,9 @@ CurveKeys CurveKeys::from_files(const std::filesystem::path& server_public_file,
   keys.secret_key = protocol::read_curve_key_file(secret_key_file);
   char public_key[41] = {};
   if (zmq_curve_public(public_key, keys.secret_key.c_str()) != 0) {
-    throw protocol::ValueError("CURVE key file " + secret_key_file.string() +
-                               " holds no usable secret key: " + zmq_strerror(zmq_errno()));
+    // Any 32 bytes are a secret key: only a libzmq built without CURVE refuses here.
+    throw protocol::RuntimeError(std::string("this libzmq cannot derive a CURVE public key (") +
+                                 zmq_strerror(zmq_errno()) + "): it was built without CURVE");
   }
   keys.public_key = public_key;
   return keys;

@@ -51,7 +51,7 @@ struct TrainerSettings {
   bool use_nccl_unique_id = false;
   std::shared_ptr<SharedWeightArena> shm_arena;
   bool shm_window = false;
-  std::filesystem::path disk_dir;  // absolute
+  std::filesystem::path disk_dir;  // the disk backend makes it absolute
 };
 
 }  // namespace hotswap::trainer_sdk

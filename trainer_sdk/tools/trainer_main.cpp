@@ -260,14 +260,12 @@ int main(int argc, char** argv) {
       return std::find(backend_settings.reads.begin(), backend_settings.reads.end(), setting) !=
              backend_settings.reads.end();
     };
-    const auto refuse_unread = [&](std::string_view setting, const std::string& given) {
-      if (reads(setting)) return;
-      throw protocol::ValueError(given + " is for --backend " +
-                                 join(Factory::backends_reading(setting), ", ", " or "));
-    };
     for (auto setting : kModeSettings) {
       const std::string flag = "--" + std::string(setting);
-      if (app.count(flag) > 0) refuse_unread(setting, flag);
+      if (app.count(flag) > 0 && !reads(setting)) {
+        throw protocol::ValueError(flag + " is for --backend " +
+                                   join(Factory::backends_reading(setting), ", ", " or "));
+      }
     }
     std::optional<trainer_sdk::CurveKeys> curve;
     if (!curve_server_key_file.empty()) {
@@ -382,7 +380,7 @@ int main(int argc, char** argv) {
     flags.use_nccl_unique_id = nccl_unique_id;
     flags.shm_arena = arena;
     flags.shm_window = shm_window;
-    if (!disk_dir.empty()) flags.disk_dir = std::filesystem::absolute(disk_dir);
+    flags.disk_dir = disk_dir;
     auto engine = Factory::trainer_init(*backend_settings.make(flags), client,
                                         backend_settings.takes_source ? source : nullptr);
     // A delta backend sends each round's patches instead of its source.

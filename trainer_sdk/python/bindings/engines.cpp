@@ -267,7 +267,7 @@ void bind_engines(py::module_& m) {
             s.use_nccl_unique_id = use_nccl_unique_id;
             s.shm_arena = std::move(shm_arena);
             s.shm_window = shm_window;
-            if (!disk_dir.empty()) s.disk_dir = std::filesystem::absolute(disk_dir);
+            s.disk_dir = std::move(disk_dir);
             return Factory::settings_support(backend).make(s);
           },
           py::arg("backend"), py::kw_only(), py::arg("rank"), py::arg("world_size") = 0,
