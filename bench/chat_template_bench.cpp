@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
-#include "worker/serving/chat_templates.hpp"
+#include "worker/routes/chat_completions/chat_templates.hpp"
 
 using namespace hotswap;
 namespace fs = std::filesystem;

@@ -154,6 +154,7 @@ const std::vector<ControlMethod>& control_methods() {
        .takes_json_body = true,
        .long_running = true,
        .cancelled_when_caller_leaves = true,
+       .answered_when_done = true,
        .validate = generate},
       // A prompt may be megabytes of text: off the socket's thread.
       {.name = kTokenize,
@@ -178,6 +179,7 @@ const std::vector<ControlMethod>& control_methods() {
        .takes_json_body = true,
        .long_running = true,
        .cancelled_when_caller_leaves = true,
+       .answered_when_done = true,
        .validate = completions,
        .openai = true},
       {.name = kChatCompletions,

@@ -61,6 +61,9 @@ struct ControlMethod {
   bool long_running = false;
   // Stops when its caller goes away (ZeroMQ disconnect, HTTP hang-up) instead of finishing.
   bool cancelled_when_caller_leaves = false;
+  // Its start is quick and its run long (a generation): the ZeroMQ socket starts it on its own
+  // thread and answers when the run ends, holding no thread meanwhile. Long-running too.
+  bool answered_when_done = false;
   // vLLM's `operation` label in /metrics (init, start, update, ...); empty when not counted.
   // Counted methods are the weight-transfer calls, and run one at a time per worker.
   std::string_view metric_operation;
@@ -77,7 +80,7 @@ struct ControlMethod {
   std::string_view http_content_type = {};
   // Its params reach it with their keys in the order the client wrote them (a chat
   // conversation: a template's `tojson` writes a tool schema as it was sent); the frontends
-  // parse its body as nlohmann::ordered_json and call WorkerService::call_ordered.
+  // parse its body again as nlohmann::ordered_json and hand both to the route.
   bool keeps_key_order = false;
   // With tensor parallelism, rank 0 runs it on every other rank too, under the same name
   // (worker/parallel/rank_methods.hpp): each rank's part of a weight-transfer session, and an

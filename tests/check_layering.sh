@@ -20,11 +20,14 @@ forbid model_loader 'receiver/|worker/|trainer_sdk/' "model_loader/ depends on p
 forbid receiver 'worker/|trainer_sdk/' "the worker side never depends on trainer_sdk"
 forbid worker 'trainer_sdk/' "the worker never depends on trainer_sdk"
 forbid trainer_sdk 'receiver/|worker/' "trainer_sdk meets the worker only in protocol/ and on the wire"
-# Inside worker/, three rooms with one-way arrows: serving/ (completions, scheduler, metrics)
-# knows only model_loader and the log line; the service, its sessions and parallel/ know
-# serving/; frontends/ (ZeroMQ and HTTP) sit on top, and nothing below includes them.
+# Inside worker/, rooms with one-way arrows: serving/ (scheduler, adapters, metrics) knows only
+# model_loader and the log line; routes/ (a folder per serving route) knows serving/; the
+# service, its sessions and parallel/ know both; frontends/ (ZeroMQ and HTTP) sit on top, and
+# nothing below includes them.
 hits=$(grep -rnE '#include "worker/' "$root/worker/serving" --include='*.hpp' --include='*.cpp' | grep -vE '#include "worker/(serving/|log_line\.hpp)')
 if [ -n "$hits" ]; then echo "layering: worker/serving/ may include only serving/ and log_line.hpp of the worker:"; echo "$hits"; status=1; fi
+hits=$(grep -rnE '#include "worker/' "$root/worker/routes" --include='*.hpp' --include='*.cpp' 2>/dev/null | grep -vE '#include "worker/(routes/|serving/|log_line\.hpp)')
+if [ -n "$hits" ]; then echo "layering: worker/routes/ may include only routes/, serving/ and log_line.hpp of the worker:"; echo "$hits"; status=1; fi
 hits=$(grep -rnE '#include "worker/frontends/' "$root/worker" --include='*.hpp' --include='*.cpp' | grep -vE '^[^:]*/worker/(frontends/|worker_main\.cpp:)')
 if [ -n "$hits" ]; then echo "layering: only worker/frontends/ and worker_main.cpp include the front ends:"; echo "$hits"; status=1; fi
 # The WorkerService wires the rooms together: only what sits above it (the front ends and the

@@ -5,10 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <future>
-#include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <variant>
 
 #include "model_loader/intra_op_team.hpp"
 #include "protocol/control_methods.hpp"
@@ -20,6 +19,7 @@
 #include "transport/exception_text.hpp"
 #include "worker/device_plan.hpp"
 #include "worker/parallel/tensor_parallel_model.hpp"
+#include "worker/routes/serving_routes.hpp"
 #include "worker/weight_update_metrics.hpp"
 
 namespace hotswap::worker {
@@ -121,7 +121,22 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
       &metrics_, loras_.get());
   completions_ = std::make_unique<CompletionService>(
       *scheduler_, tokenizer_ ? &*tokenizer_ : nullptr, model_->config(), served_name,
-      options.model, options.timeout(), loras_.get());
+      options.timeout(), loras_.get());
+  serving_ = std::make_unique<ServingContext>(ServingContext{
+      .scheduler = *scheduler_,
+      .completions = *completions_,
+      .chat_templates = chat_templates_,
+      .loras = *loras_,
+      .config = model_->config(),
+      .tokenizer = tokenizer_ ? &*tokenizer_ : nullptr,
+      .no_tokenizer =
+          options.skip_tokenizer_init
+              ? "the worker was started with --skip-tokenizer-init: it serves token ids only"
+              : "the model directory " + options.model +
+                    " has no tokenizer.json: the worker serves token ids only",
+      .model_root = options.model,
+      .timeout = options.timeout(),
+      .trust_request_chat_template = options.trust_request_chat_template});
   checker_ = std::make_unique<WeightChecker>(model_, parallel_, loras_.get());
   session_ =
       std::make_unique<WeightSession>(WeightSession::Parts{.controller = *controller_,
@@ -131,7 +146,11 @@ WorkerService::WorkerService(const WorkerOptions& options) : options_(options) {
                                                            .sharded = sharded_,
                                                            .peers = tensor_parallel_,
                                                            .update_mode = options.update_mode});
-  bind_handlers();
+  add_serving_routes(routes_, *serving_);
+  add_control_routes();
+  // A method of protocol/control_methods.cpp without a route is a defect found at start-up, not
+  // a MethodNotFound found by a user.
+  routes_.check_complete();
 }
 
 WorkerService::~WorkerService() {
@@ -182,266 +201,136 @@ json WorkerService::health() const {
           {"data_parallel_rank", parallel_.data_parallel_rank}};
 }
 
-json WorkerService::call(const std::string& method, const json& params,
-                         const std::function<bool()>& caller_gone) {
+namespace {
+
+// libtorch's errors carry a backtrace; a client gets the one line that says why.
+template <class Work>
+auto with_one_line_errors(Work&& work) -> decltype(work()) {
   try {
-    return dispatch(method, params, caller_gone);
+    return work();
   } catch (const protocol::Error&) {
     throw;
   } catch (const std::exception& e) {
-    // libtorch's errors carry a backtrace; a client gets the one line that says why.
     throw protocol::RuntimeError(transport::one_line_cause(e));
   }
 }
 
-void WorkerService::bind_handlers() {
+}  // namespace
+
+RouteAnswer WorkerService::answer(std::string_view method, const RouteCall& call) {
+  return with_one_line_errors([&] {
+    // Bad params are refused before any work: vLLM's routes answer these with a 400 and record
+    // no metric.
+    auto work = routes_.prepare(method, call);
+    const protocol::ControlMethod& row = protocol::control_method(method);
+    if (row.metric_operation.empty()) return work();
+    // A weight-transfer call: one at a time per worker, counted for /metrics.
+    RouteAnswer answer;
+    session_->run(row, [&] {
+      answer = work();
+      return json();
+    });
+    return answer;
+  });
+}
+
+json WorkerService::call(std::string_view method, const RouteCall& call) {
+  RouteCall whole = call;
+  whole.may_stream = false;
+  return with_one_line_errors([&] {
+    RouteAnswer answered = answer(method, whole);
+    if (answered.pending) return json(answered.pending->wait(whole.caller_gone));
+    return std::visit([](const auto& body) { return json(body); }, answered.body);
+  });
+}
+
+void WorkerService::add_control_routes() {
   namespace m = protocol::methods;
   using Params = const json&;
-  using Gone = const CallerGone&;
+  // Every control route answers at once, with JSON.
+  auto add = [this](std::string_view method, std::function<json(Params params)> handler) {
+    routes_.add(method, [handler = std::move(handler)](const RouteCall& call) {
+      return RouteAnswer::now(handler(call.params));
+    });
+  };
   // The weight session's calls, answered with vLLM's message once they returned.
   auto session_call = [this](void (WeightSession::*call)(Params), const char* message) {
-    return [this, call, message](Params params, Gone) -> json {
+    return [this, call, message](Params params) -> json {
       ((*session_).*call)(params);
       return {{"message", message}};
     };
   };
-  handlers_ = {
-      {m::kInitWeightTransferEngine,
-       session_call(&WeightSession::init_weight_transfer_engine, "Weight transfer initialized")},
-      {m::kShutdownWeightTransferEngine,
-       session_call(&WeightSession::shutdown_weight_transfer_engine, "Weight transfer shut down")},
-      {m::kStartWeightUpdate,
-       session_call(&WeightSession::start_weight_update, "Weight update started")},
-      {m::kStartDraftWeightUpdate,
-       [this](Params, Gone) -> json {
-         session_->start_draft_weight_update();
-         return {{"message", "Draft weight update started"}};
-       }},
-      {m::kUpdateWeights, session_call(&WeightSession::update_weights, "Weights updated")},
-      {m::kFinishWeightUpdate,
-       session_call(&WeightSession::finish_weight_update, "Weight update finished")},
-      {m::kUpdateWeightVersion,
-       [this](Params params, Gone) -> json {
-         auto version = protocol::new_version_of(params);
-         controller_->update_weight_version(version);
-         return {{"success", true}, {"new_version", version}};
-       }},
-      {m::kWeightInfo,
-       [this](Params, Gone) -> json {
-         auto v = controller_->weight_version();
-         json info = {{"weight_version", v ? json(*v) : json(nullptr)}};
-         // hotswap's addition with --enable-lora: each adapter served and its version.
-         if (loras_->limits().enabled) {
-           info["lora_versions"] = json::object();
-           for (const auto& lora : loras_->list())
-             info["lora_versions"][lora.name] = lora.version ? json(*lora.version) : json(nullptr);
-         }
-         return info;
-       }},
-      {m::kPause,
-       [this](Params params, Gone) -> json {
-         // clear_cache: hotswap keeps no prefix cache, so there is nothing to clear.
-         auto pause = protocol::PauseParams::from_json(params);
-         scheduler_->pause(pause_mode_from_name(pause.mode), options_.timeout());
-         return {{"status", "paused"}};
-       }},
-      {m::kResume,
-       [this](Params, Gone) -> json {
-         scheduler_->resume();
-         return {{"status", "resumed"}};
-       }},
-      {m::kAbortRequests,
-       [this](Params params, Gone) -> json {
-         auto request = protocol::AbortRequestsParams::from_json(params);
-         return {{"status", "aborted"},
-                 {"aborted", scheduler_->abort_requests(request.request_ids)}};
-       }},
-      {m::kIsPaused,
-       [this](Params, Gone) -> json {
-         return {{"is_paused", scheduler_->is_paused()}};
-       }},
-      {m::kGetWorldSize,
-       [this](Params params, Gone) -> json {
-         bool include_dp = protocol::WorldSizeParams::from_json(params).include_dp;
-         int size = parallel_.world_size() * (include_dp ? parallel_.data_parallel_size : 1);
-         return {{"world_size", size}};
-       }},
-      {m::kWeightChecker, [this](Params params, Gone) { return checker_->handle(params); }},
-      {m::kGenerate,
-       [this](Params params, Gone caller_gone) { return generate(params, caller_gone); }},
-      {m::kTokenize,
-       [this](Params params, Gone caller_gone) -> json {
-         // Reached without the client's key order (call()): a conversation's is lost.
-         if (params.contains("messages")) {
-           return call_ordered(std::string(m::kTokenize), nlohmann::ordered_json(params),
-                               caller_gone);
-         }
-         auto request = protocol::TokenizeParams::from_json(params);
-         return tokenize_text(request.prompt, request.add_special_tokens, request.return_token_strs,
-                              caller_gone);
-       }},
-      {m::kChatCompletions,
-       [this](Params params, Gone caller_gone) -> json {
-         return json(
-             start_whole_chat_completion(nlohmann::ordered_json(params))->wait(caller_gone));
-       }},
-      {m::kDetokenize,
-       [this](Params params, Gone) -> json {
-         auto request = protocol::DetokenizeParams::from_json(params);
-         return {{"prompt", tokenizer().decode(request.tokens)}};
-       }},
-      {m::kCompletions,
-       [this](Params params, Gone caller_gone) -> json {
-         return json(start_whole_completion(params)->wait(caller_gone));
-       }},
-      {m::kModels, [this](Params, Gone) { return json(completions_->models()); }},
-      {m::kLoadLoraAdapter,
-       [this](Params params, Gone) -> json {
-         refuse_unless_runtime_lora_updating();
-         auto request = protocol::LoadLoraAdapterParams::from_json(params);
-         loras_->load({request.lora_name, request.lora_path, std::nullopt}, request.load_inplace);
-         return {{"text", "Success: LoRA adapter '" + request.lora_name + "' added successfully."}};
-       }},
-      {m::kUnloadLoraAdapter,
-       [this](Params params, Gone) -> json {
-         refuse_unless_runtime_lora_updating();
-         auto request = protocol::UnloadLoraAdapterParams::from_json(params);
-         loras_->unload(request.lora_name);
-         return {
-             {"text", "Success: LoRA adapter '" + request.lora_name + "' removed successfully."}};
-       }},
-      {m::kHealth, [this](Params, Gone) { return health(); }},
-      {m::kMetrics,
-       [this](Params, Gone) -> json {
-         return {{"text",
-                  render_weight_update_metrics(*session_, weight_version()) + serving_metrics()}};
-       }},
-      {m::kShutdown,
-       [this](Params, Gone) -> json {
-         shutdown_requested_ = true;
-         return {{"status", "shutting down"}};
-       }},
-  };
-  // The table and the handlers must name the same methods: a method added to one only is a
-  // defect found at start-up, not a MethodNotFound found by a user.
-  for (const auto& method : protocol::control_methods()) {
-    if (!handlers_.contains(method.name)) {
-      throw std::logic_error("control method '" + std::string(method.name) + "' has no handler");
+  add(m::kInitWeightTransferEngine,
+      session_call(&WeightSession::init_weight_transfer_engine, "Weight transfer initialized"));
+  add(m::kShutdownWeightTransferEngine,
+      session_call(&WeightSession::shutdown_weight_transfer_engine, "Weight transfer shut down"));
+  add(m::kStartWeightUpdate,
+      session_call(&WeightSession::start_weight_update, "Weight update started"));
+  add(m::kStartDraftWeightUpdate, [this](Params) -> json {
+    session_->start_draft_weight_update();
+    return {{"message", "Draft weight update started"}};
+  });
+  add(m::kUpdateWeights, session_call(&WeightSession::update_weights, "Weights updated"));
+  add(m::kFinishWeightUpdate,
+      session_call(&WeightSession::finish_weight_update, "Weight update finished"));
+  add(m::kUpdateWeightVersion, [this](Params params) -> json {
+    auto version = protocol::new_version_of(params);
+    controller_->update_weight_version(version);
+    return {{"success", true}, {"new_version", version}};
+  });
+  add(m::kWeightInfo, [this](Params) -> json {
+    auto v = controller_->weight_version();
+    json info = {{"weight_version", v ? json(*v) : json(nullptr)}};
+    // hotswap's addition with --enable-lora: each adapter served and its version.
+    if (loras_->limits().enabled) {
+      info["lora_versions"] = json::object();
+      for (const auto& lora : loras_->list())
+        info["lora_versions"][lora.name] = lora.version ? json(*lora.version) : json(nullptr);
     }
-  }
-  if (handlers_.size() != protocol::control_methods().size()) {
-    throw std::logic_error("a handler is bound to a method protocol/control_methods.cpp lacks");
-  }
-}
-
-json WorkerService::dispatch(const std::string& name, const json& params,
-                             const CallerGone& caller_gone) {
-  // Rejections of a malformed request body come before any work: vLLM's routes answer these
-  // with a 400 and record no metric.
-  protocol::validate_params(name, params);
-  const protocol::ControlMethod& method = protocol::control_method(name);
-  const Handler& handler = handlers_.at(method.name);
-  if (method.metric_operation.empty()) return handler(params, caller_gone);
-  // A weight-transfer call: one at a time per worker, counted for /metrics.
-  return session_->run(method, [&] { return handler(params, caller_gone); });
-}
-
-std::uint64_t WorkerService::generate_async(const json& params, GenerateDone done) {
-  auto p = protocol::GenerateParams::from_json(params);
-  fit_to_context(model_->config().max_position_embeddings,
-                 static_cast<std::int64_t>(p.prompt_token_ids.size()), p.max_tokens);
-  GenerateRequest request;
-  request.prompt_token_ids = std::move(p.prompt_token_ids);
-  static_cast<protocol::SamplingFields&>(request.params) = p;  // as read and validated
-  request.params.max_tokens = p.max_tokens;
-  request.params.stop_token_ids = std::move(p.stop_token_ids);
-  request.logprobs = p.logprobs;
-  // Named by its own id, or one made up: abort_requests with no ids ends it too.
-  request.request_id = p.request_id.value_or("generate-" + std::to_string(++generate_ids_));
-  // A LoRA adapter by its name, as completions take one (a 404 for a name not served).
-  request.lora = completions_->resolve_model(p.model);
-  if (request.lora != nullptr) request.lora_name = *p.model;
-  const bool logprobs = p.logprobs, versions = p.return_weight_versions;
-  // A worker paused in keep mode holds requests until resume(); the wait is bounded all the same.
-  return scheduler_->submit(std::move(request), Clock::now() + options_.timeout(),
-                            [logprobs, versions, done = std::move(done)](GenerateOutcome outcome) {
-                              if (outcome.error) {
-                                done(nullptr, outcome.error);
-                              } else {
-                                done(outcome.result->to_json(logprobs, versions), nullptr);
-                              }
-                            });
-}
-
-std::shared_ptr<CompletionRun> WorkerService::start_completion(
-    const json& params, const std::function<bool()>& caller_gone) {
-  return completions_->start(params, caller_gone);
-}
-
-std::shared_ptr<CompletionRun> WorkerService::start_chat_completion(
-    const nlohmann::ordered_json& params, const std::function<bool()>& caller_gone) {
-  return completions_->start_chat(protocol::ChatCompletionParams::from_json(params),
-                                  chat_templates_, options_.trust_request_chat_template,
-                                  caller_gone);
-}
-
-std::shared_ptr<CompletionRun> WorkerService::start_whole_chat_completion(
-    const nlohmann::ordered_json& params) {
-  if (params.is_object() && params.contains("stream") && params["stream"] == true) {
-    throw protocol::ValueError(
-        "`stream: true` is served on the HTTP route /v1/chat/completions (server-sent events); "
-        "over ZeroMQ a chat completion comes back whole");
-  }
-  return start_chat_completion(params);
-}
-
-json WorkerService::call_ordered(const std::string& method, const nlohmann::ordered_json& params,
-                                 const std::function<bool()>& caller_gone) {
-  namespace m = protocol::methods;
-  const bool chat = method == m::kChatCompletions;
-  const bool chat_tokenize =
-      method == m::kTokenize && params.is_object() && params.contains("messages");
-  if (!chat && !chat_tokenize) return call(method, json(params), caller_gone);
-  try {
-    if (chat) return json(start_whole_chat_completion(params)->wait(caller_gone));
-    // vLLM's TokenizeChatRequest: the conversation as the chat route renders it.
-    auto request = protocol::TokenizeChatParams::from_json(params);
-    refuse_untrusted_template(request.conversation, options_.trust_request_chat_template);
-    return tokenize_text(chat_templates_.render(request.conversation), request.add_special_tokens,
-                         request.return_token_strs, caller_gone);
-  } catch (const protocol::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw protocol::RuntimeError(transport::one_line_cause(e));
-  }
-}
-
-json WorkerService::tokenize_text(const std::string& text, bool add_special_tokens,
-                                  bool return_token_strs,
-                                  const std::function<bool()>& caller_gone) {
-  // vLLM's TokenizeResponse. No context limit, as vLLM's; a client that leaves (or a worker that
-  // stops) ends the work.
-  const auto ids = *tokenizer().encode_within(text, add_special_tokens,
-                                              std::numeric_limits<std::size_t>::max(), caller_gone);
-  json strs = nullptr;
-  if (return_token_strs) {
-    strs = json::array();
-    for (auto id : ids)
-      strs.push_back(*tokenizer().id_to_token(id));
-  }
-  return {{"count", ids.size()},
-          {"max_model_len", model_->config().max_position_embeddings},
-          {"tokens", ids},
-          {"token_strs", strs}};
-}
-
-std::shared_ptr<CompletionRun> WorkerService::start_whole_completion(const json& params) {
-  if (params.is_object() && params.contains("stream") && params["stream"] == true) {
-    throw protocol::ValueError(
-        "`stream: true` is served on the HTTP route /v1/completions (server-sent events); over "
-        "ZeroMQ a completion comes back whole");
-  }
-  return start_completion(params);
+    return info;
+  });
+  add(m::kPause, [this](Params params) -> json {
+    // clear_cache: hotswap keeps no prefix cache, so there is nothing to clear.
+    auto pause = protocol::PauseParams::from_json(params);
+    scheduler_->pause(pause_mode_from_name(pause.mode), options_.timeout());
+    return {{"status", "paused"}};
+  });
+  add(m::kResume, [this](Params) -> json {
+    scheduler_->resume();
+    return {{"status", "resumed"}};
+  });
+  add(m::kAbortRequests, [this](Params params) -> json {
+    auto request = protocol::AbortRequestsParams::from_json(params);
+    return {{"status", "aborted"}, {"aborted", scheduler_->abort_requests(request.request_ids)}};
+  });
+  add(m::kIsPaused, [this](Params) -> json { return {{"is_paused", scheduler_->is_paused()}}; });
+  add(m::kGetWorldSize, [this](Params params) -> json {
+    bool include_dp = protocol::WorldSizeParams::from_json(params).include_dp;
+    int size = parallel_.world_size() * (include_dp ? parallel_.data_parallel_size : 1);
+    return {{"world_size", size}};
+  });
+  add(m::kWeightChecker, [this](Params params) { return checker_->handle(params); });
+  add(m::kLoadLoraAdapter, [this](Params params) -> json {
+    refuse_unless_runtime_lora_updating();
+    auto request = protocol::LoadLoraAdapterParams::from_json(params);
+    loras_->load({request.lora_name, request.lora_path, std::nullopt}, request.load_inplace);
+    return {{"text", "Success: LoRA adapter '" + request.lora_name + "' added successfully."}};
+  });
+  add(m::kUnloadLoraAdapter, [this](Params params) -> json {
+    refuse_unless_runtime_lora_updating();
+    auto request = protocol::UnloadLoraAdapterParams::from_json(params);
+    loras_->unload(request.lora_name);
+    return {{"text", "Success: LoRA adapter '" + request.lora_name + "' removed successfully."}};
+  });
+  add(m::kHealth, [this](Params) { return health(); });
+  add(m::kMetrics, [this](Params) -> json {
+    return {
+        {"text", render_weight_update_metrics(*session_, weight_version()) + serving_metrics()}};
+  });
+  add(m::kShutdown, [this](Params) -> json {
+    shutdown_requested_ = true;
+    return {{"status", "shutting down"}};
+  });
 }
 
 std::string WorkerService::serving_metrics() const {
@@ -454,40 +343,8 @@ std::string WorkerService::serving_metrics() const {
   return out;
 }
 
-void WorkerService::cancel_generate(std::uint64_t ticket) {
-  if (!completions_->cancel(ticket)) scheduler_->cancel(ticket);
-}
-
 void WorkerService::stop_generation() {
   scheduler_->shutdown();
-}
-
-const model_loader::Tokenizer& WorkerService::tokenizer() const {
-  if (!tokenizer_) {
-    throw protocol::RuntimeError(
-        options_.skip_tokenizer_init
-            ? "the worker was started with --skip-tokenizer-init: it serves token ids only"
-            : "the model directory " + options_.model +
-                  " has no tokenizer.json: the worker serves token ids only");
-  }
-  return *tokenizer_;
-}
-
-json WorkerService::generate(const json& params, const std::function<bool()>& caller_gone) {
-  auto promise = std::make_shared<std::promise<json>>();
-  auto future = promise->get_future();
-  const auto ticket = generate_async(params, [promise](json result, std::exception_ptr error) {
-    if (error) {
-      promise->set_exception(error);
-    } else {
-      promise->set_value(std::move(result));
-    }
-  });
-  // The scheduler enforces the deadline; the caller may leave earlier.
-  while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-    if (caller_gone && caller_gone()) scheduler_->cancel(ticket);
-  }
-  return future.get();
 }
 
 }  // namespace hotswap::worker

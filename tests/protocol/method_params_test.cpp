@@ -292,6 +292,18 @@ BOOST_AUTO_TEST_CASE(quick_methods_answer_on_the_socket_thread) {
   BOOST_TEST(find_control_method("nope") == nullptr);
 }
 
+BOOST_AUTO_TEST_CASE(generations_answer_when_their_run_ends) {
+  // Started on the socket's thread and answered later, holding no thread: the two whose start is
+  // quick. A chat completion renders its template first, on the pool.
+  std::set<std::string_view> later;
+  for (const auto& m : control_methods()) {
+    if (!m.answered_when_done) continue;
+    later.insert(m.name);
+    BOOST_TEST(m.long_running, m.name);
+  }
+  BOOST_TEST((later == std::set<std::string_view>{"generate", "completions"}));
+}
+
 BOOST_AUTO_TEST_CASE(the_json_form_lists_every_method_in_table_order) {
   json table = control_methods_json();
   BOOST_TEST(table["methods"].size() == control_methods().size());

@@ -11,7 +11,7 @@
 #include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
-#include "worker/serving/chat_templates.hpp"
+#include "worker/routes/chat_completions/chat_templates.hpp"
 
 using namespace hotswap;
 using json = nlohmann::ordered_json;

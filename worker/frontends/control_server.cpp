@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <variant>
 #include "worker/log_line.hpp"
 
 #include "model_loader/intra_op_team.hpp"
@@ -145,10 +146,8 @@ void ControlServer::flush() {
     std::lock_guard lock(mutex_);
     ready.swap(done_);
   }
-  for (auto& r : ready) {
-    if (r.ticket != 0) connection_of_ticket_.erase(r.ticket);
+  for (auto& r : ready)
     send(std::move(r));
-  }
 }
 
 std::string ControlServer::run_call(const protocol::RpcRequest& request,
@@ -158,8 +157,10 @@ std::string ControlServer::run_call(const protocol::RpcRequest& request,
   std::function<bool()> caller_gone;
   if (gone) caller_gone = [gone] { return gone->load(); };
   auto answer = protocol::answer_request(request, [&] {
-    return ordered ? service_.call_ordered(request.method, *ordered, caller_gone)
-                   : service_.call(request.method, request.params, caller_gone);
+    RouteCall call(request.params);
+    call.ordered = ordered ? &*ordered : nullptr;
+    call.caller_gone = caller_gone;
+    return service_.call(request.method, call);
   });
   if (debug_ || (warn_ && answer.error)) {
     double ms =
@@ -184,75 +185,55 @@ std::optional<ControlServer::Connection> ControlServer::connection_of(int fd) {
   return Connection{fd, live->second};
 }
 
-void ControlServer::start_generate(const protocol::RpcRequest& request, Reply reply,
-                                   std::optional<Connection> connection) {
+void ControlServer::start_run(const protocol::RpcRequest& request, Reply reply,
+                              std::optional<Connection> connection) {
   // std::function needs a copyable callable; the routing frames are move-only.
   auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
-  auto ticket = std::make_shared<std::uint64_t>(0);
   const auto id = request.id;
   const auto id_text = request.id_text;
+  const std::string method = request.method;
+  std::shared_ptr<PendingAnswer> run;
   try {
-    *ticket = service_.generate_async(
-        request.params,
-        [this, envelope, ticket, id, id_text](nlohmann::json result, std::exception_ptr error) {
-          Reply out{std::move(*envelope), {}, *ticket};
-          if (error) {
-            try {
-              std::rethrow_exception(error);
-            } catch (const std::exception& e) {
-              out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
-              if (warn_) LogLine{} << "hotswap-worker: generate error: " << e.what();
-            }
-          } else {
-            out.body = protocol::reply_frame(protocol::make_result(id, std::move(result)), id_text);
-          }
-          complete(std::move(out));
-        });
+    RouteAnswer answered = service_.answer(method, RouteCall(request.params));
+    if (!answered.pending) {  // answered at once
+      send(Reply{std::move(*envelope),
+                 protocol::reply_frame(
+                     protocol::make_result(
+                         id, std::visit([](const auto& body) { return nlohmann::json(body); },
+                                        answered.body)),
+                     id_text)});
+      return;
+    }
+    run = std::move(answered.pending);
   } catch (const std::exception& e) {
     // Refused at once (bad params, dirty model, full queue): nothing was queued.
     send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
-    if (warn_) LogLine{} << "hotswap-worker: generate error: " << e.what();
+    if (warn_) LogLine{} << "hotswap-worker: " << method << " error: " << e.what();
     return;
   }
-  // The completion may already be queued; flush, on this same thread, forgets the ticket after
-  // this line has remembered it.
-  if (connection) connection_of_ticket_.emplace(*ticket, *connection);
-}
-
-void ControlServer::start_completion(const protocol::RpcRequest& request, Reply reply,
-                                     std::optional<Connection> connection) {
-  auto envelope = std::make_shared<std::vector<zmq::message_t>>(std::move(reply.envelope));
-  const auto id = request.id;
-  const auto id_text = request.id_text;
-  std::shared_ptr<CompletionRun> run;
-  try {
-    run = service_.start_whole_completion(request.params);
-  } catch (const std::exception& e) {
-    send(Reply{std::move(*envelope), protocol::reply_frame(protocol::make_error(id, e), id_text)});
-    if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
-    return;
-  }
-  const auto ticket = run->first_ticket();
   // Weakly: the run owns the callback, which must not keep the run alive.
-  std::weak_ptr<CompletionRun> weak = run;
-  run->when_done([this, envelope, weak, ticket, id, id_text] {
-    // The last choice ended on the scheduler's thread, under its lock: the reply (every logprob
-    // token decoded) is built on a pool thread, so that generation does not wait for it.
-    std::function<void()> answer = [this, envelope, run = weak.lock(), ticket, id, id_text] {
-      Reply out{std::move(*envelope), {}, ticket};
+  std::weak_ptr<PendingAnswer> weak = run;
+  run->when_done([this, envelope, weak, id, id_text, method] {
+    // The run ended on the scheduler's thread, under its lock: the reply (a completion's every
+    // logprob token decoded) is built on a pool thread, so that generation does not wait for it.
+    std::function<void()> answer = [this, envelope, run = weak.lock(), id, id_text, method] {
+      Reply out{std::move(*envelope), {}};
       try {
-        if (!run) throw protocol::RuntimeError("the completion was dropped");
+        if (!run) throw protocol::RuntimeError("the " + method + " run was dropped");
         out.body = protocol::reply_frame(protocol::make_result(id, nlohmann::json(run->response())),
                                          id_text);
       } catch (const std::exception& e) {
         out.body = protocol::reply_frame(protocol::make_error(id, e), id_text);
-        if (warn_) LogLine{} << "hotswap-worker: completions error: " << e.what();
+        if (warn_) LogLine{} << "hotswap-worker: " << method << " error: " << e.what();
       }
       complete(std::move(out));
     };
     if (!pool_.try_submit(answer)) answer();  // a full pool: build it here rather than lose it
   });
-  if (connection) connection_of_ticket_.emplace(ticket, *connection);
+  if (connection) {
+    std::erase_if(runs_, [](const auto& entry) { return entry.second.expired(); });
+    runs_.emplace_back(*connection, run);
+  }
 }
 
 void ControlServer::handle(std::vector<zmq::message_t> frames) {
@@ -283,16 +264,11 @@ void ControlServer::handle(std::vector<zmq::message_t> frames) {
     ordered = params != frame.end() ? std::move(*params) : nlohmann::ordered_json::object();
   }
   body.clear();
-  // generate runs in its asynchronous form: it holds no thread while the scheduler works on it,
-  // and stops when its connection goes.
-  if (request.method == protocol::methods::kGenerate) {
-    start_generate(request, std::move(reply), connection_of(fd));
-    return;
-  }
-  // A chat completion renders its template first, which may take seconds: it runs on the pool
-  // like the other long calls (answered whole, holding a thread), never on this thread.
-  if (request.method == protocol::methods::kCompletions) {
-    start_completion(request, std::move(reply), connection_of(fd));
+  // A generation holds no thread while the scheduler works on it, and stops when its connection
+  // goes. (A chat completion renders its template first, which may take seconds: it runs on the
+  // pool like the other long calls, answered whole, holding a thread, never on this thread.)
+  if (method != nullptr && method->answered_when_done) {
+    start_run(request, std::move(reply), connection_of(fd));
     return;
   }
   // Short calls, and unknown methods (a MethodNotFound at once), answer on this thread.
@@ -355,14 +331,11 @@ void ControlServer::on_monitor_event() {
       if (flag && caller.first == gone) *flag = true;
       return !flag || caller.first == gone;
     });
-    for (auto it = connection_of_ticket_.begin(); it != connection_of_ticket_.end();) {
-      if (it->second != gone) {
-        ++it;
-        continue;
-      }
-      service_.cancel_generate(it->first);  // its reply still comes, and goes nowhere
-      it = connection_of_ticket_.erase(it);
-    }
+    std::erase_if(runs_, [&](const auto& entry) {
+      auto run = entry.second.lock();
+      if (run && entry.first == gone) run->cancel();  // its reply still comes, and goes nowhere
+      return !run || entry.first == gone;
+    });
   }
 }
 

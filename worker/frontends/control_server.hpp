@@ -52,7 +52,6 @@ class ControlServer {
   struct Reply {
     std::vector<zmq::message_t> envelope;  // routing identity (+ empty delimiter)
     std::string body;
-    std::uint64_t ticket = 0;  // a generate's, to forget once answered
   };
 
   // One connection of the socket: its descriptor, and which of the connections that have had
@@ -68,10 +67,11 @@ class ControlServer {
   // The live connection a request came on (by ZMQ_SRCFD), once the monitor's events that came
   // before it are read; nullopt where there is none to watch (inproc, or one already gone).
   std::optional<Connection> connection_of(int fd);
-  void start_generate(const protocol::RpcRequest& request, Reply reply,
-                      std::optional<Connection> connection);
-  void start_completion(const protocol::RpcRequest& request, Reply reply,
-                        std::optional<Connection> connection);
+  // A method answered when its run ends (ControlMethod::answered_when_done): started here, on
+  // the socket's thread, and answered from a pool thread when the run ends; a disconnect of
+  // `connection` cancels it.
+  void start_run(const protocol::RpcRequest& request, Reply reply,
+                 std::optional<Connection> connection);
   void send(Reply reply);
   void complete(Reply reply);  // from any thread: queue it for the socket thread
   void flush();
@@ -95,11 +95,11 @@ class ControlServer {
   std::mutex mutex_;
   std::deque<Reply> done_;
   // The socket thread's alone. The connections open now, by descriptor, each with its serial
-  // (from the monitor's ACCEPTED); generate and completions requests still running, and the
-  // connection each came on: a client that disconnects cancels them, and only them.
+  // (from the monitor's ACCEPTED); the runs started by start_run, and the connection each came
+  // on: a client that disconnects cancels them, and only them.
   std::map<int, std::uint64_t> live_connections_;
   std::uint64_t connections_accepted_ = 0;
-  std::map<std::uint64_t, Connection> connection_of_ticket_;
+  std::vector<std::pair<Connection, std::weak_ptr<PendingAnswer>>> runs_;
   // Long calls on the pool that stop when their caller goes, by connection: set when it goes.
   std::vector<std::pair<Connection, std::weak_ptr<std::atomic<bool>>>> callers_;
 

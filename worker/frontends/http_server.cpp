@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <variant>
 
 #include "protocol/bounded_json.hpp"
 #include "protocol/control_methods.hpp"
@@ -11,7 +12,7 @@
 #include "protocol/timeouts.hpp"
 #include "worker/frontends/http_listener.hpp"
 #include "worker/log_line.hpp"
-#include "worker/serving/completion_service.hpp"
+#include "worker/routes/openai_response.hpp"
 #include "worker/serving/serving_metrics.hpp"
 
 namespace hotswap::worker {
@@ -24,15 +25,6 @@ HttpResponse json_response(int status, const json& body) {
   response.status = status;
   // Invalid UTF-8 quoted in a message is replaced, never a failed reply.
   response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return response;
-}
-
-// The same, keeping the body's key order: vLLM's responses list their fields in the order its
-// classes declare them.
-HttpResponse ordered_json_response(int status, const nlohmann::ordered_json& body) {
-  HttpResponse response;
-  response.status = status;
-  response.body = body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   return response;
 }
 
@@ -99,12 +91,12 @@ std::optional<json> openai_body_of(const HttpRequest& req, HttpResponse& res) {
 
 // Server-sent events: one `data: <chunk>` per chunk as the run produces it, then
 // `data: [DONE]`. A client that hangs up cancels the run.
-void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
+void stream_events(HttpResponse& res, std::shared_ptr<StreamedAnswer> run) {
   res.content_type = "text/event-stream";
   res.headers.emplace_back("Cache-Control", "no-cache");
   res.stream = [run](ChunkSink& sink) {
     // Between two writes of this thread, the scheduler's thread sends each token's event
-    // itself, without waiting (CompletionRun::attach); the sink is detached before it goes.
+    // itself, without waiting (StreamedAnswer::attach); the sink is detached before it goes.
     run->attach([&sink](const std::string& chunk) {
       try {
         return sink.offer({"data: " + chunk + "\n\n"}) && !sink.backlogged();
@@ -113,7 +105,7 @@ void stream_completion(HttpResponse& res, std::shared_ptr<CompletionRun> run) {
       }
     });
     struct Detach {
-      CompletionRun& run;
+      StreamedAnswer& run;
       ~Detach() { run.attach(nullptr); }
     } detach{*run};
     std::vector<std::string> events;
@@ -197,6 +189,81 @@ bool is_probe_route(const std::string& path) {
   return false;
 }
 
+// A route's answer as its body: the result's "text" where the route answers another media type
+// (/metrics), else the JSON (an OpenAI-compatible route's in vLLM's key order).
+template <class Json>
+HttpResponse body_response(const protocol::ControlMethod& m, const Json& body) {
+  HttpResponse res;
+  res.status = 200;
+  if (!m.http_content_type.empty()) {
+    res.content_type = std::string(m.http_content_type);
+    res.body = body.at("text").template get<std::string>();
+    return res;
+  }
+  // Invalid UTF-8 quoted in a message is replaced, never a failed reply.
+  res.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return res;
+}
+
+// One request of the route of `m`: its params from the JSON body and the query, its answer from
+// the service's route table, whole or streamed as server-sent events.
+HttpResponse answer_route(WorkerService& service, const protocol::ControlMethod& m,
+                          HttpRequest& req) {
+  HttpResponse res;
+  if (m.http_verb == protocol::HttpVerb::kPost) {
+    const std::string type = media_type(req);
+    if (m.openai && type != "application/json") {
+      // vLLM's validate_json_request, answered as its RequestValidationError handler does.
+      const std::string message =
+          "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed";
+      return json_response(
+          400,
+          {{"error",
+            {{"message", message}, {"type", "Bad Request"}, {"param", nullptr}, {"code", 400}}}});
+    }
+    // A POST's body is JSON or nothing. hotswap's guard, beyond vLLM's (which checks only its
+    // OpenAI routes): a web page's form or text/plain POST cannot reach these routes.
+    if (!m.openai && !(type == "application/json" || (type.empty() && req.body.empty()))) {
+      return json_error(415,
+                        "Unsupported Media Type: Only 'application/json' is allowed (got '" +
+                            req.header("content-type").value_or("") + "')",
+                        "UnsupportedMediaType");
+    }
+  }
+  json params = json::object();
+  if (m.takes_json_body) {
+    auto body = m.openai ? openai_body_of(req, res) : body_of(req, res);
+    if (!body) return res;
+    params = std::move(*body);
+  }
+  if (!read_query(m, req, res, params)) return res;
+  std::function<bool()> caller_gone;
+  if (m.openai || m.cancelled_when_caller_leaves) caller_gone = [&req] { return req.peer_gone(); };
+  try {
+    // A conversation's body again, its keys in the order the client wrote them (it parsed
+    // within the bounds above).
+    std::optional<nlohmann::ordered_json> ordered;
+    if (protocol::carries_conversation(m, params))
+      ordered = nlohmann::ordered_json::parse(req.body);
+    RouteCall call(params);
+    call.ordered = ordered ? &*ordered : nullptr;
+    call.caller_gone = caller_gone;
+    call.may_stream = true;
+    call.request_id = req.header("x-request-id");
+    RouteAnswer answered = service.answer(m.name, call);
+    if (answered.stream) {
+      stream_events(res, std::move(answered.stream));
+      return res;
+    }
+    if (answered.pending) return body_response(m, answered.pending->wait(caller_gone));
+    return std::visit([&m](const auto& body) { return body_response(m, body); }, answered.body);
+  } catch (const std::exception& e) {
+    if (m.openai) return openai_error_response(e);
+    return json_error(protocol::http_status(e), e.what(),
+                      std::string(protocol::error_type_name(e)));
+  }
+}
+
 }  // namespace
 
 // The route table: a path's handler per method.
@@ -214,110 +281,14 @@ HttpServer::HttpServer(WorkerService& service, const WorkerOptions& options)
               << " are reachable beyond this host without an API key; anyone who can connect "
                  "can replace or read the weights (see --api-key)\n";
   }
-  auto call = [this](const protocol::ControlMethod& method, const json& params,
-                     const std::function<bool()>& caller_gone = {}) {
-    try {
-      json result = service_.call(std::string(method.name), params, caller_gone);
-      if (!method.http_content_type.empty()) {  // the result's text is the body
-        HttpResponse res;
-        res.content_type = std::string(method.http_content_type);
-        res.body = result.at("text").get<std::string>();
-        return res;
-      }
-      return json_response(200, result);
-    } catch (const std::exception& e) {
-      return json_error(protocol::http_status(e), e.what(),
-                        std::string(protocol::error_type_name(e)));
-    }
-  };
-  // vLLM's OpenAI-compatible routes: their errors in OpenAI's error object, and completions and
-  // chat completions answered whole or streamed.
-  auto openai = [this](const protocol::ControlMethod* m) {
-    return [this, m](HttpRequest& req) {
-      HttpResponse res;
-      if (m->http_verb == protocol::HttpVerb::kPost && media_type(req) != "application/json") {
-        // vLLM's validate_json_request, answered as its RequestValidationError handler does.
-        const std::string message =
-            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed";
-        return json_response(
-            400,
-            {{"error",
-              {{"message", message}, {"type", "Bad Request"}, {"param", nullptr}, {"code", 400}}}});
-      }
-      auto body = openai_body_of(req, res);
-      if (!body) return res;
-      try {
-        if (m->name == protocol::methods::kModels) {  // in vLLM's key order
-          res.body = service_.models().dump();
-          return res;
-        }
-        const auto gone = [&req] { return req.peer_gone(); };
-        const bool chat = m->name == protocol::methods::kChatCompletions;
-        // A conversation's body again, its keys in the order the client wrote them (it parsed
-        // within the bounds above).
-        const bool conversation = protocol::carries_conversation(*m, *body);
-        nlohmann::ordered_json ordered =
-            conversation ? nlohmann::ordered_json::parse(req.body) : nlohmann::ordered_json();
-        if (m->name != protocol::methods::kCompletions && !chat) {
-          json result = conversation ? service_.call_ordered(std::string(m->name), ordered, gone)
-                                     : service_.call(std::string(m->name), *body, gone);
-          if (m->http_content_type.empty()) return json_response(200, result);
-          res.content_type = std::string(m->http_content_type);  // the result's text is the body
-          res.body = result.at("text").get<std::string>();
-          return res;
-        }
-        // vLLM names a completion after the X-Request-Id header, over the body's request_id.
-        if (auto id = req.header("x-request-id")) {
-          (*body)["request_id"] = *id;
-          if (conversation) ordered["request_id"] = *id;
-        }
-        auto run = !chat ? service_.start_completion(*body, gone)
-                   : conversation
-                       ? service_.start_chat_completion(ordered, gone)
-                       : service_.start_chat_completion(nlohmann::ordered_json(*body), gone);
-        if (run->streaming()) {
-          stream_completion(res, std::move(run));
-          return res;
-        }
-        return ordered_json_response(200, run->wait(gone));
-      } catch (const std::exception& e) {
-        return openai_error_response(e);
-      }
-    };
-  };
-  // Every route of the control-method table; its params come from the JSON body or the query.
+  // Every route of the control-method table, answered from the service's route table; the
+  // method's row alone says how (OpenAI's error object, a text body, a stream), never its name.
   for (const auto& method : protocol::control_methods()) {
     if (method.http_verb == protocol::HttpVerb::kNone) continue;
     const protocol::ControlMethod* m = &method;  // the table lives as long as the process
     const std::string verb = m->http_verb == protocol::HttpVerb::kGet ? "GET" : "POST";
-    auto& slot = routes_->by_path[std::string(m->http_route)][verb];
-    if (m->openai) {
-      slot = openai(m);
-      continue;
-    }
-    slot = [call, m](HttpRequest& req) {
-      HttpResponse res;
-      // A POST's body is JSON or nothing. hotswap's guard, beyond vLLM's (which checks only its
-      // OpenAI routes): a web page's form or text/plain POST cannot reach these routes.
-      const std::string type = media_type(req);
-      if (m->http_verb == protocol::HttpVerb::kPost &&
-          !(type == "application/json" || (type.empty() && req.body.empty()))) {
-        return json_error(415,
-                          "Unsupported Media Type: Only 'application/json' is allowed (got '" +
-                              req.header("content-type").value_or("") + "')",
-                          "UnsupportedMediaType");
-      }
-      if (m->takes_json_body) {
-        auto body = body_of(req, res);
-        if (!body) return res;
-        if (!read_query(*m, req, res, *body)) return res;
-        std::function<bool()> caller_gone;
-        if (m->cancelled_when_caller_leaves) caller_gone = [&req] { return req.peer_gone(); };
-        return call(*m, *body, caller_gone);
-      }
-      json params = json::object();
-      if (!read_query(*m, req, res, params)) return res;
-      return call(*m, params);
+    routes_->by_path[std::string(m->http_route)][verb] = [this, m](HttpRequest& req) {
+      return answer_route(service_, *m, req);
     };
   }
 

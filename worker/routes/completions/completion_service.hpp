@@ -28,7 +28,8 @@
 #include "model_loader/tokenizer/tokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/method_params.hpp"
-#include "worker/serving/chat_templates.hpp"
+#include "worker/routes/chat_completions/chat_templates.hpp"
+#include "worker/routes/route.hpp"
 #include "worker/serving/generation_scheduler.hpp"
 #include "worker/serving/lora_registry.hpp"
 #include "worker/serving/model_not_found_error.hpp"
@@ -37,7 +38,7 @@ namespace hotswap::worker {
 
 // One completion request in flight. Streamed: take() hands out each chunk as it is produced.
 // Whole: wait() returns the response. Either way it ends by itself at the worker's timeout.
-class CompletionRun {
+class CompletionRun : public PendingAnswer, public StreamedAnswer {
  public:
   struct Choice;
   // What a chat completion adds (vLLM's chat.completion and chat.completion.chunk shapes).
@@ -57,7 +58,7 @@ class CompletionRun {
   // `data:` line). `finished` becomes true once every choice has ended and its last chunk is
   // among those returned; the caller then sends `data: [DONE]`. Returning, it takes the
   // connection back from offer (below) until hand_back().
-  std::vector<std::string> take(std::chrono::milliseconds wait, bool& finished);
+  std::vector<std::string> take(std::chrono::milliseconds wait, bool& finished) override;
 
   // Streamed over a connection the scheduler's thread may write to without waiting: `offer`
   // sends one chunk so and says whether all of it left. While the connection is handed to it
@@ -67,23 +68,21 @@ class CompletionRun {
   // did not all leave (a slow client), or failed, wakes the waiting take() to finish the job
   // with blocking writes. attach(nullptr) before the connection goes; until attached, every
   // chunk waits for take().
-  void attach(std::function<bool(const std::string& chunk)> offer);
+  void attach(std::function<bool(const std::string& chunk)> offer) override;
   // From the thread that took: it wrote everything, and the scheduler's thread may offer again.
-  void hand_back();
+  void hand_back() override;
   // Whole: the response once every choice has ended, or the error that ended one. Asks
   // `caller_gone` now and then: true cancels the run.
-  nlohmann::ordered_json wait(const std::function<bool()>& caller_gone);
+  nlohmann::ordered_json wait(const std::function<bool()>& caller_gone) override;
   // The caller went away: ends every choice (finish_reason "abort").
-  void cancel();
+  void cancel() override;
 
   // For callers that hold no thread while it runs (the ZeroMQ socket): `done` runs once every
   // choice has ended (at once if they have), on the thread that ended the last one; it may call
   // response() but nothing of the scheduler.
-  void when_done(std::function<void()> done);
+  void when_done(std::function<void()> done) override;
   // The whole response, or the error that ended a choice; only once every choice has ended.
-  nlohmann::ordered_json response() const;
-  // The scheduler ticket of the first choice: how the worker names the run to cancel it.
-  std::uint64_t first_ticket() const { return tickets_.empty() ? 0 : tickets_.front(); }
+  nlohmann::ordered_json response() const override;
 
  private:
   friend class CompletionService;
@@ -139,16 +138,13 @@ class CompletionService {
   // request's `model` may name; null: none) must outlive the service.
   CompletionService(GenerationScheduler& scheduler, const model_loader::Tokenizer* tokenizer,
                     const model_loader::ModelConfig& config, std::string served_model_name,
-                    std::string model_root, std::chrono::milliseconds timeout,
-                    const LoraRegistry* loras = nullptr);
+                    std::chrono::milliseconds timeout, const LoraRegistry* loras = nullptr);
 
   const std::string& model_name() const { return model_name_; }
-  // GET /v1/models: vLLM's ModelList: the model served, then each LoRA adapter with its parent.
-  nlohmann::ordered_json models() const;
-  // Validates, tokenizes and queues every choice; throws before anything runs on bad input
+  // Checks, tokenizes and queues every choice; throws before anything runs on bad input
   // (ValueError, ModelNotFoundError, RuntimeError, OverloadedError).
   // `caller_gone` cancels the work before the run exists (tokenizing a long prompt).
-  std::shared_ptr<CompletionRun> start(const nlohmann::json& params,
+  std::shared_ptr<CompletionRun> start(protocol::CompletionParams params,
                                        const std::function<bool()>& caller_gone = {});
   // A chat completion: the conversation rendered by `templates` (a request's own template only
   // when `trust_request_template`, as vLLM's --trust-request-chat-template), then as start().
@@ -156,8 +152,6 @@ class CompletionService {
                                             const ChatTemplates& templates,
                                             bool trust_request_template,
                                             const std::function<bool()>& caller_gone = {});
-  // Cancels the run whose first_ticket() is `ticket`; false when there is none (any more).
-  bool cancel(std::uint64_t ticket);
   // What a request's `model` names: the model served (null, as is an absent or empty name) or a
   // LoRA adapter; vLLM's 404 for anything else.
   std::shared_ptr<const model_loader::LoraAdapter> resolve_model(
@@ -174,20 +168,17 @@ class CompletionService {
   const model_loader::Tokenizer* tokenizer_;
   model_loader::ModelConfig config_;
   std::string model_name_;
-  std::string model_root_;
   std::chrono::milliseconds timeout_;
   const LoraRegistry* loras_;
-  std::mutex runs_mutex_;
-  std::map<std::uint64_t, std::weak_ptr<CompletionRun>> runs_;  // by first ticket
 };
 
-// An error as vLLM's OpenAI-compatible server answers it: the HTTP status and
-// {"error": {message, type, param, code}}.
-struct OpenAiError {
-  int status = 500;
-  nlohmann::ordered_json body;
-};
-OpenAiError openai_error(const std::exception& e);
+// A run as a route answers it: streamed when it streams, else whole, later.
+RouteAnswer answer_of(std::shared_ptr<CompletionRun> run);
+
+// `stream: true` over a front end that cannot send events (ZeroMQ) is a ValueError naming the
+// HTTP route that streams (`route`) and what comes back whole instead (`what`).
+void refuse_stream_unless_served(bool stream, const RouteCall& call, std::string_view route,
+                                 std::string_view what);
 
 // vLLM's limits on a prompt and its completion within the model's context (the messages of its
 // generate and completions routes); returns the max_tokens to use (`requested`, or what the

@@ -1,11 +1,11 @@
-#include "worker/serving/completion_service.hpp"
+#include "worker/routes/completions/completion_service.hpp"
 
 #include <algorithm>
-#include <random>
 
 #include "model_loader/tokenizer/incremental_detokenizer.hpp"
 #include "protocol/errors.hpp"
 #include "worker/log_line.hpp"
+#include "worker/routes/openai_response.hpp"
 
 namespace hotswap::worker {
 namespace {
@@ -13,24 +13,6 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
-
-std::string random_hex(std::size_t digits) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  while (out.size() < digits) {
-    auto bits = rng();
-    for (int i = 0; i < 16 && out.size() < digits; ++i, bits >>= 4)
-      out += kHex[bits & 15];
-  }
-  return out;
-}
-
-std::int64_t unix_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Python's len() of a string: code points, which text_offset counts in.
 std::size_t code_points(std::string_view text) {
@@ -539,13 +521,12 @@ void CompletionRun::cancel() {
 CompletionService::CompletionService(GenerationScheduler& scheduler,
                                      const model_loader::Tokenizer* tokenizer,
                                      const model_loader::ModelConfig& config,
-                                     std::string served_model_name, std::string model_root,
+                                     std::string served_model_name,
                                      std::chrono::milliseconds timeout, const LoraRegistry* loras)
     : scheduler_(scheduler),
       tokenizer_(tokenizer),
       config_(config),
       model_name_(std::move(served_model_name)),
-      model_root_(std::move(model_root)),
       timeout_(timeout),
       loras_(loras) {}
 
@@ -556,46 +537,6 @@ std::shared_ptr<const model_loader::LoraAdapter> CompletionService::resolve_mode
     if (auto served = loras_->find(*model)) return served->adapter;
   }
   throw ModelNotFoundError("The model `" + *model + "` does not exist.");
-}
-
-ordered_json CompletionService::models() const {
-  const auto now = unix_seconds();
-  ordered_json permission = {{"id", "modelperm-" + random_hex(32)},
-                             {"object", "model_permission"},
-                             {"created", now},
-                             {"allow_create_engine", false},
-                             {"allow_sampling", true},
-                             {"allow_logprobs", true},
-                             {"allow_search_indices", false},
-                             {"allow_view", true},
-                             {"allow_fine_tuning", false},
-                             {"organization", "*"},
-                             {"group", nullptr},
-                             {"is_blocking", false}};
-  ordered_json card = {{"id", model_name_},
-                       {"object", "model"},
-                       {"created", now},
-                       {"owned_by", "vllm"},
-                       {"root", model_root_},
-                       {"parent", nullptr},
-                       {"max_model_len", config_.max_position_embeddings},
-                       {"permission", ordered_json::array({permission})}};
-  ordered_json data = ordered_json::array({card});
-  if (loras_ != nullptr) {
-    // vLLM's cards for adapters: their path as root, the base model (or the name
-    // --lora-modules gave) as parent, no max_model_len of their own.
-    for (const auto& lora : loras_->list()) {
-      data.push_back({{"id", lora.name},
-                      {"object", "model"},
-                      {"created", now},
-                      {"owned_by", "vllm"},
-                      {"root", lora.path},
-                      {"parent", lora.base_model_name.value_or(model_name_)},
-                      {"max_model_len", nullptr},
-                      {"permission", ordered_json::array({permission})}});
-    }
-  }
-  return {{"object", "list"}, {"data", std::move(data)}};
 }
 
 std::int64_t fit_to_context(std::int64_t max_len, std::int64_t input,
@@ -633,9 +574,8 @@ void warn_ignored(const protocol::CompletionParams& p) {
 
 }  // namespace
 
-std::shared_ptr<CompletionRun> CompletionService::start(const json& params,
+std::shared_ptr<CompletionRun> CompletionService::start(protocol::CompletionParams p,
                                                         const std::function<bool()>& caller_gone) {
-  auto p = protocol::CompletionParams::from_json(params);
   warn_ignored(p);
   auto lora = resolve_model(p.model);
   return launch(std::move(p), std::move(lora), std::nullopt, caller_gone);
@@ -776,34 +716,20 @@ std::shared_ptr<CompletionRun> CompletionService::launch(
     run->cancel();  // the choices already queued go; the request is refused whole
     throw;
   }
-  std::lock_guard lock(runs_mutex_);
-  std::erase_if(runs_, [](const auto& entry) { return entry.second.expired(); });
-  runs_[run->first_ticket()] = run;
   return run;
 }
 
-bool CompletionService::cancel(std::uint64_t ticket) {
-  std::shared_ptr<CompletionRun> run;
-  {
-    std::lock_guard lock(runs_mutex_);
-    auto it = runs_.find(ticket);
-    if (it == runs_.end()) return false;
-    run = it->second.lock();
-    runs_.erase(it);
-  }
-  if (run) run->cancel();
-  return run != nullptr;
+RouteAnswer answer_of(std::shared_ptr<CompletionRun> run) {
+  if (run->streaming()) return RouteAnswer::streamed(std::move(run));
+  return RouteAnswer::later(std::move(run));
 }
 
-OpenAiError openai_error(const std::exception& e) {
-  // A request for a model not served is a 404 naming the field; else protocol's mapping.
-  const bool model_not_found = dynamic_cast<const ModelNotFoundError*>(&e) != nullptr;
-  const ordered_json param = model_not_found ? ordered_json("model") : ordered_json(nullptr);
-  const int answered = model_not_found ? 404 : protocol::http_status(e);
-  const std::string type(protocol::openai_error_type(answered));
-  return {
-      answered,
-      {{"error", {{"message", e.what()}, {"type", type}, {"param", param}, {"code", answered}}}}};
+void refuse_stream_unless_served(bool stream, const RouteCall& call, std::string_view route,
+                                 std::string_view what) {
+  if (!stream || call.may_stream) return;
+  throw protocol::ValueError("`stream: true` is served on the HTTP route " + std::string(route) +
+                             " (server-sent events); over ZeroMQ " + std::string(what) +
+                             " comes back whole");
 }
 
 }  // namespace hotswap::worker

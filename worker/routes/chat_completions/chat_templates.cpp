@@ -1,4 +1,4 @@
-#include "worker/serving/chat_templates.hpp"
+#include "worker/routes/chat_completions/chat_templates.hpp"
 
 #include <algorithm>
 #include <array>

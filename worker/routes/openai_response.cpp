@@ -1,0 +1,41 @@
+#include "worker/routes/openai_response.hpp"
+
+#include <chrono>
+#include <random>
+
+#include "protocol/errors.hpp"
+#include "worker/serving/model_not_found_error.hpp"
+
+namespace hotswap::worker {
+
+OpenAiError openai_error(const std::exception& e) {
+  // A request for a model not served is a 404 naming the field; else protocol's mapping.
+  const bool model_not_found = dynamic_cast<const ModelNotFoundError*>(&e) != nullptr;
+  const nlohmann::ordered_json param =
+      model_not_found ? nlohmann::ordered_json("model") : nlohmann::ordered_json(nullptr);
+  const int answered = model_not_found ? 404 : protocol::http_status(e);
+  const std::string type(protocol::openai_error_type(answered));
+  return {
+      answered,
+      {{"error", {{"message", e.what()}, {"type", type}, {"param", param}, {"code", answered}}}}};
+}
+
+std::string random_hex(std::size_t digits) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  while (out.size() < digits) {
+    auto bits = rng();
+    for (int i = 0; i < 16 && out.size() < digits; ++i, bits >>= 4)
+      out += kHex[bits & 15];
+  }
+  return out;
+}
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace hotswap::worker
