@@ -1,6 +1,6 @@
 #include "model_loader/architecture_registry.hpp"
 
-#include "model_loader/architectures/llama_family.hpp"
+#include "model_loader/architectures/families.hpp"
 #include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
@@ -51,10 +51,12 @@ std::vector<std::string> ArchitectureRegistry::names() const {
 }
 
 const ArchitectureRegistry& ArchitectureRegistry::builtin() {
-  // One line per architecture family: its file registers the architectures it serves.
+  // Every family of architectures/families.hpp: its file registers the architectures it serves.
   static const ArchitectureRegistry registry = [] {
     ArchitectureRegistry r;
-    register_llama_family(r);
+#define HOTSWAP_REGISTER_FAMILY(f) register_##f##_family(r);
+    HOTSWAP_ARCHITECTURE_FAMILIES(HOTSWAP_REGISTER_FAMILY)
+#undef HOTSWAP_REGISTER_FAMILY
     return r;
   }();
   return registry;

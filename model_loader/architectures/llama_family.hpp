@@ -1,23 +1,19 @@
 // The Llama family of architectures as the registry knows them: the dense Llama, Mistral, Qwen2
 // and Qwen3, and the mixtures of experts built on them, Qwen3-MoE and Mixtral. Their config.json
 // names and rules, their checkpoint layout (fused qkv_proj and gate_up_proj; experts fused into
-// vLLM's w13_weight [E, 2·I, H] and w2_weight [E, H, I]), and the function that builds the model
-// (llama_model.hpp). No libtorch here, so that config.json
-// can be read, and checkpoints laid out, without the model code.
+// vLLM's w13_weight [E, 2·I, H] and w2_weight [E, H, I]), and the helpers its model reads them
+// with (llama_model.cpp). No libtorch here, so that config.json can be read, and checkpoints laid
+// out, without the model code.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string_view>
 
+#include "model_loader/architectures/families.hpp"
 #include "model_loader/model_config.hpp"
 #include "model_loader/weight_mapping.hpp"
 
 namespace hotswap::model_loader {
-
-class ArchitectureRegistry;
-class ServableModel;
-struct ModelOptions;
 
 // The names config.json's `architectures` gives the family.
 namespace architectures {
@@ -37,8 +33,9 @@ struct MoeNames {
 // Mixtral: block_sparse_moe with w1, w3, w2; Qwen3-MoE: mlp with gate_proj, up_proj, down_proj.
 MoeNames moe_names(const ModelConfig& config);
 
-// Adds the four architectures to `registry`.
-void register_llama_family(ArchitectureRegistry& registry);
+// register_llama_family (its architectures) and create_llama_model (a LlamaModel with
+// uninitialized weights, defined with the model) are declared with every family's, in
+// families.hpp.
 
 // The family's checkpoint tensors and how they fill its fused runtime parameters, on one rank
 // of `tp` as vLLM shards them: qkv_proj and gate_up_proj column-parallel (each of q, k, v, gate
@@ -61,9 +58,5 @@ HeadSplit split_heads(const ModelConfig& config, TensorParallelRank tp);
 // expert parallelism, experts are spread whole: their width need not split, their count must
 // reach tp_size).
 void check_tensor_parallel(const ModelConfig& config, int tp_size, bool expert_parallel = false);
-
-// A LlamaModel with uninitialized weights (defined with the model, in llama_model.cpp).
-std::shared_ptr<ServableModel> create_llama_model(const ModelConfig& config,
-                                                  const ModelOptions& options);
 
 }  // namespace hotswap::model_loader
