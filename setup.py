@@ -4,6 +4,7 @@ half from trainer_sdk/python/hotswap. See pyproject.toml for the command."""
 
 import glob
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,9 +17,15 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        # A folder beside the checkout's build/, as deep: ccache rewrites paths in the checkout
+        # relative to the build folder, so a source compiled here with the flags of another
+        # build of this checkout is a cache hit (the wheel test builds with the suite's).
+        build = os.path.join(ROOT, "build-wheel")
         args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                 "-DHOTSWAP_BUILD_TESTS=OFF", "-DHOTSWAP_BUILD_BENCH=OFF"]
+        # More CMake arguments, after these (later ones win): the wheel test passes the suite's
+        # build type and flags.
+        args += shlex.split(os.environ.get("HOTSWAP_WHEEL_CMAKE_ARGS", ""))
         # The torch of this interpreter: the extension loads only into the torch it was built
         # against (`import hotswap` checks, by _build_info.py's TORCH_VERSION).
         if subprocess.run([sys.executable, "-c", "import torch"]).returncode != 0:
