@@ -10,13 +10,14 @@ struct KindInfo {
   int code;
   std::string_view type;
   int http_status;
+  std::string_view openai_param = {};  // the request field an OpenAI error object names
 };
 
 // The one table that maps error kinds to JSON-RPC codes, HTTP statuses, and back. vLLM 0.34
 // answers bad input with 400, an unknown route 404, and an engine's RuntimeError (wrong state or
 // order included) with 500; a worker that asks to be retried later (overloaded, generation
-// paused) with 503.
-constexpr std::array<KindInfo, 8> kKinds{{
+// paused) with 503, and a model it does not serve with 404.
+constexpr std::array<KindInfo, 9> kKinds{{
     {ErrorKind::kParseError, kParseErrorCode, "ParseError", 400},
     {ErrorKind::kInvalidRequest, kInvalidRequestCode, "InvalidRequest", 400},
     {ErrorKind::kMethodNotFound, kMethodNotFoundCode, "MethodNotFound", 404},
@@ -25,6 +26,8 @@ constexpr std::array<KindInfo, 8> kKinds{{
     {ErrorKind::kTimeoutError, kTransferFailedCode, "TimeoutError", 500},
     {ErrorKind::kTransferError, kTransferFailedCode, "TransferError", 500},
     {ErrorKind::kOverloaded, kOverloadedCode, "OverloadedError", 503},
+    // After kValueError: a client reading the reply's type back gets a ValueError.
+    {ErrorKind::kModelNotFound, kInvalidParamsCode, "ValueError", 404, "model"},
 }};
 
 const KindInfo& info(ErrorKind kind) noexcept {
@@ -71,6 +74,11 @@ std::string_view openai_error_type(int http_status) noexcept {
   }
 }
 
+std::string_view openai_error_param(const std::exception& e) noexcept {
+  const auto* typed = dynamic_cast<const Error*>(&e);
+  return typed ? info(typed->kind()).openai_param : std::string_view();
+}
+
 ErrorKind error_kind_from_reply(int code, std::string_view type) noexcept {
   for (const auto& k : kKinds) {
     if (k.type == type) return k.kind;
@@ -91,6 +99,8 @@ void throw_error(ErrorKind kind, const std::string& message) {
       throw MethodNotFound(message);
     case ErrorKind::kValueError:
       throw ValueError(message);
+    case ErrorKind::kModelNotFound:
+      throw ModelNotFoundError(message);
     case ErrorKind::kTimeoutError:
       throw TimeoutError(message);
     case ErrorKind::kTransferError:

@@ -20,6 +20,9 @@ enum class ErrorKind {
   kTimeoutError,    // a blocking wait ran past its timeout
   kTransferError,   // the data plane failed mid-way
   kOverloaded,      // try again later (HTTP 503): the queue is full, or generation is paused
+  // A model or LoRA adapter the worker does not serve: a ValueError to JSON-RPC clients (its
+  // code and data.type), vLLM's 404 NotFoundError over HTTP.
+  kModelNotFound,
 };
 
 class Error : public std::runtime_error {
@@ -39,12 +42,25 @@ class Error : public std::runtime_error {
 HOTSWAP_DEFINE_ERROR(ParseError, ErrorKind::kParseError)
 HOTSWAP_DEFINE_ERROR(InvalidRequest, ErrorKind::kInvalidRequest)
 HOTSWAP_DEFINE_ERROR(MethodNotFound, ErrorKind::kMethodNotFound)
-HOTSWAP_DEFINE_ERROR(ValueError, ErrorKind::kValueError)
 HOTSWAP_DEFINE_ERROR(RuntimeError, ErrorKind::kRuntimeError)
 HOTSWAP_DEFINE_ERROR(TimeoutError, ErrorKind::kTimeoutError)
 HOTSWAP_DEFINE_ERROR(TransferError, ErrorKind::kTransferError)
 HOTSWAP_DEFINE_ERROR(OverloadedError, ErrorKind::kOverloaded)
 #undef HOTSWAP_DEFINE_ERROR
+
+class ValueError : public Error {
+ public:
+  explicit ValueError(const std::string& message) : Error(ErrorKind::kValueError, message) {}
+
+ protected:
+  ValueError(ErrorKind kind, const std::string& message) : Error(kind, message) {}
+};
+// Caught as a ValueError, answered as its kind says (HTTP 404).
+class ModelNotFoundError : public ValueError {
+ public:
+  explicit ModelNotFoundError(const std::string& message)
+      : ValueError(ErrorKind::kModelNotFound, message) {}
+};
 
 // JSON-RPC 2.0 error codes, as pinned in docs/architecture.md.
 inline constexpr int kParseErrorCode = -32700;
@@ -72,6 +88,9 @@ std::string_view error_type_name(const std::exception& e) noexcept;
 // The `error.type` of vLLM's OpenAI-compatible routes for an HTTP status: "BadRequestError"
 // (400), "NotFoundError" (404), "ServiceUnavailableError" (503), else "InternalServerError".
 std::string_view openai_error_type(int http_status) noexcept;
+// The `error.param` of vLLM's OpenAI-compatible routes for an error: the request field it names
+// ("model" for a model not served), or empty for none.
+std::string_view openai_error_param(const std::exception& e) noexcept;
 
 // The inverse, for clients: the kind a reply's (code, data.type) stands for. An unknown
 // type falls back on the code; an unknown code is a RuntimeError.

@@ -80,4 +80,19 @@ BOOST_AUTO_TEST_CASE(every_error_maps_to_one_http_status_and_type) {
   BOOST_TEST(openai_error_type(500) == "InternalServerError");
 }
 
+// A model or adapter the worker does not serve: the table makes it vLLM's 404 naming `model`
+// over HTTP, and a ValueError for everyone else (caught as one, its JSON-RPC code and type,
+// re-raised as one by a client).
+BOOST_AUTO_TEST_CASE(a_model_not_served_is_a_value_error_answered_404) {
+  const ModelNotFoundError missing("The model `x` does not exist.");
+  BOOST_TEST(http_status(missing) == 404);
+  BOOST_TEST(openai_error_param(missing) == "model");
+  BOOST_TEST(openai_error_param(ValueError("x")).empty());
+  BOOST_TEST(error_code(missing.kind()) == -32602);
+  BOOST_TEST(error_type_name(missing) == "ValueError");
+  BOOST_TEST(dynamic_cast<const ValueError*>(&missing) != nullptr);
+  BOOST_TEST((error_kind_from_reply(-32602, "ValueError") == ErrorKind::kValueError));
+  BOOST_CHECK_THROW(throw_error(ErrorKind::kModelNotFound, "x"), ModelNotFoundError);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,17 +4,16 @@
 #include <random>
 
 #include "protocol/errors.hpp"
-#include "worker/serving/model_not_found_error.hpp"
 
 namespace hotswap::worker {
 
 OpenAiError openai_error(const std::exception& e) {
-  // A request for a model not served is a 404 naming the field; else protocol's mapping.
-  const bool model_not_found = dynamic_cast<const ModelNotFoundError*>(&e) != nullptr;
-  const nlohmann::ordered_json param =
-      model_not_found ? nlohmann::ordered_json("model") : nlohmann::ordered_json(nullptr);
-  const int answered = model_not_found ? 404 : protocol::http_status(e);
+  // Status, type and param from protocol's one table (a model not served: 404 naming `model`).
+  const int answered = protocol::http_status(e);
   const std::string type(protocol::openai_error_type(answered));
+  const std::string_view field = protocol::openai_error_param(e);
+  const nlohmann::ordered_json param =
+      field.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(std::string(field));
   return {
       answered,
       {{"error", {{"message", e.what()}, {"type", type}, {"param", param}, {"code", answered}}}}};

@@ -6,7 +6,6 @@
 #include "protocol/bounded_json.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/json_fields.hpp"
-#include "worker/serving/model_not_found_error.hpp"
 
 namespace hotswap::worker {
 
@@ -97,7 +96,7 @@ void LoraRegistry::load(const LoraModule& module, bool in_place) {
   check_load(module.name, in_place);
   std::error_code ec;
   if (!std::filesystem::is_directory(module.path, ec)) {
-    throw ModelNotFoundError("No adapter found for " + module.path);
+    throw protocol::ModelNotFoundError("No adapter found for " + module.path);
   }
   // Read outside the lock: requests keep finding the adapters already served meanwhile.
   auto adapter = model_.load_lora_adapter(module.path, limits_.max_lora_rank);
@@ -118,8 +117,9 @@ std::optional<LoraRegistry::Entry> LoraRegistry::entry(std::string_view name) co
 }
 
 namespace {
-ModelNotFoundError not_loaded(std::string_view name) {
-  return ModelNotFoundError("The lora adapter '" + std::string(name) + "' cannot be found.");
+protocol::ModelNotFoundError not_loaded(std::string_view name) {
+  return protocol::ModelNotFoundError("The lora adapter '" + std::string(name) +
+                                      "' cannot be found.");
 }
 }  // namespace
 

@@ -169,6 +169,7 @@ void register_exceptions(py::module_& module) {
         case protocol::ErrorKind::kInvalidRequest:
         case protocol::ErrorKind::kMethodNotFound:
         case protocol::ErrorKind::kValueError:
+        case protocol::ErrorKind::kModelNotFound:
           type = PyExc_ValueError;
           break;
         case protocol::ErrorKind::kTimeoutError:

@@ -536,7 +536,7 @@ std::shared_ptr<const model_loader::LoraAdapter> CompletionService::resolve_mode
   if (loras_ != nullptr) {
     if (auto served = loras_->find(*model)) return served->adapter;
   }
-  throw ModelNotFoundError("The model `" + *model + "` does not exist.");
+  throw protocol::ModelNotFoundError("The model `" + *model + "` does not exist.");
 }
 
 std::int64_t fit_to_context(std::int64_t max_len, std::int64_t input,

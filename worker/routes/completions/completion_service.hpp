@@ -32,7 +32,6 @@
 #include "worker/routes/route.hpp"
 #include "worker/serving/generation_scheduler.hpp"
 #include "worker/serving/lora_registry.hpp"
-#include "worker/serving/model_not_found_error.hpp"
 
 namespace hotswap::worker {
 
