@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "model_loader/model_test_support.hpp"
 #include "model_loader/safetensors_writer.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/jsonrpc.hpp"
 #include "trainer_sdk/rpc_client.hpp"
+#include "transport/gloo_communicator.hpp"
 #include "transport/tensor_digest.hpp"
 #include "worker/rpc_error.hpp"
 #include "worker/worker_process.hpp"
@@ -438,6 +440,53 @@ BOOST_FIXTURE_TEST_CASE(sigterm_shuts_the_worker_down_cleanly, Fixture) {
   BOOST_TEST(worker->stop(10s) == 0);
   BOOST_TEST(::kill(pid, 0) == -1);  // gone
   BOOST_TEST(worker->output().find("hotswap-worker: shutting down") != std::string::npos);
+}
+
+// The four calls of one worker run one at a time: a second weight-transfer call while one runs is
+// refused (vLLM's worker serializes them), named, and counted as an error of its operation, and
+// the call that runs is neither disturbed nor renamed in health.
+BOOST_FIXTURE_TEST_CASE(a_weight_call_while_another_runs_is_refused_and_counted, Fixture) {
+  WorkerProcess worker({"--model", old_ckpt.dir.path.string(), "--weight-transfer-config",
+                        R"({"backend": "gloo"})", "--timeout", "3"});
+  // Nobody listens there: the init waits for its trainer until the worker's timeout.
+  const json init_info = {{"master_address", "127.0.0.1"},
+                          {"master_port", transport::pick_free_port()},
+                          {"rank_offset", 1},
+                          {"world_size", 2}};
+  auto init = std::async(std::launch::async, [&] {
+    auto own = client_for(worker);
+    try {
+      own.call("init_weight_transfer_engine", {{"init_info", init_info}});
+      return std::string("succeeded");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+  auto client = client_for(worker);
+  bool running = false;
+  for (int i = 0; i < 250 && !running; ++i) {  // at most 5 s
+    running = client.call("health")["weight_call"] == "init_weight_transfer_engine";
+    if (!running) std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(running, "the init never showed in health");
+  std::string refusal;
+  try {
+    client.call("start_weight_update");
+  } catch (const protocol::RuntimeError& e) {
+    refusal = e.what();
+  }
+  BOOST_TEST(refusal.find("another weight-transfer call is still running") != std::string::npos,
+             refusal);
+  BOOST_TEST(client.call("health")["weight_call"] == "init_weight_transfer_engine");
+  BOOST_TEST(init.get() != "succeeded");  // no trainer came
+  const std::string metrics = client.call("metrics")["text"];
+  for (const char* line :
+       {"hotswap_weight_update_operations_total{operation=\"start\",status=\"error\"} 1",
+        "hotswap_weight_update_operations_total{operation=\"init\",status=\"error\"} 1"}) {
+    BOOST_TEST(metrics.find(line) != std::string::npos, line);
+  }
+  BOOST_TEST(client.call("health")["weight_call"].is_null());
+  BOOST_TEST(client.call("health")["status"] == "ok");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
