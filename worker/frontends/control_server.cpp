@@ -214,9 +214,12 @@ void ControlServer::start_run(const protocol::RpcRequest& request, Reply reply,
   // Weakly: the run owns the callback, which must not keep the run alive.
   std::weak_ptr<PendingAnswer> weak = run;
   run->when_done([this, envelope, weak, id, id_text, method] {
-    // The run ended on the scheduler's thread, under its lock: the reply (a completion's every
-    // logprob token decoded) is built on a pool thread, so that generation does not wait for it.
-    std::function<void()> answer = [this, envelope, run = weak.lock(), id, id_text, method] {
+    // The run ended on the scheduler's thread, under its lock: a reply that takes work (a
+    // completion's every logprob token decoded) is built on a pool thread, so that generation
+    // does not wait for it; a quick one here, so that it never waits behind the pool's long calls.
+    auto ended = weak.lock();
+    const bool quick = ended && ended->quick_response();
+    std::function<void()> answer = [this, envelope, run = std::move(ended), id, id_text, method] {
       Reply out{std::move(*envelope), {}};
       try {
         if (!run) throw protocol::RuntimeError("the " + method + " run was dropped");
@@ -228,7 +231,7 @@ void ControlServer::start_run(const protocol::RpcRequest& request, Reply reply,
       }
       complete(std::move(out));
     };
-    if (!pool_.try_submit(answer)) answer();  // a full pool: build it here rather than lose it
+    if (quick || !pool_.try_submit(answer)) answer();  // a full pool: here rather than lost
   });
   if (connection) {
     std::erase_if(runs_, [](const auto& entry) { return entry.second.expired(); });

@@ -48,6 +48,10 @@ class PendingAnswer {
   virtual nlohmann::ordered_json wait(const std::function<bool()>& caller_gone);
   // The caller went away: the run ends early (finish_reason "abort").
   virtual void cancel() = 0;
+  // Whether response() is a few fields, cheap enough to build on the thread that ended the run
+  // (the scheduler's), rather than queued for a thread of the caller's (a completion's response
+  // decodes every logprob token).
+  virtual bool quick_response() const { return false; }
 };
 
 // A run answered as server-sent events (a completion with `stream: true`), each a JSON text.

@@ -42,6 +42,8 @@ class GenerateRun : public PendingAnswer {
     return result_;
   }
 
+  bool quick_response() const override { return true; }  // made in end()
+
   void cancel() override {
     std::uint64_t ticket = 0;
     {
