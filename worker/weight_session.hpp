@@ -58,8 +58,7 @@ class WeightSession {
   // Runs `call`, the handler of the weight-transfer method `method` (one with a
   // metric_operation), under the one-at-a-time lock: named in health while it runs, counted for
   // /metrics however it ends. A second call while one runs is a RuntimeError.
-  nlohmann::json run(const protocol::ControlMethod& method,
-                     const std::function<nlohmann::json()>& call);
+  void run(const protocol::ControlMethod& method, const std::function<void()>& call);
 
   // The four calls and their neighbours, params as the control method's (already validated).
   void init_weight_transfer_engine(const nlohmann::json& params);

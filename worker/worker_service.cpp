@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
-#include <variant>
 
 #include "model_loader/intra_op_team.hpp"
 #include "protocol/control_methods.hpp"
@@ -226,10 +225,7 @@ RouteAnswer WorkerService::answer(std::string_view method, const RouteCall& call
     if (row.metric_operation.empty()) return work();
     // A weight-transfer call: one at a time per worker, counted for /metrics.
     RouteAnswer answer;
-    session_->run(row, [&] {
-      answer = work();
-      return json();
-    });
+    session_->run(row, [&] { answer = work(); });
     return answer;
   });
 }
@@ -240,7 +236,7 @@ json WorkerService::call(std::string_view method, const RouteCall& call) {
   return with_one_line_errors([&] {
     RouteAnswer answered = answer(method, whole);
     if (answered.pending) return json(answered.pending->wait(whole.caller_gone));
-    return std::visit([](const auto& body) { return json(body); }, answered.body);
+    return answered.json_body();
   });
 }
 

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
-#include <variant>
 #include "worker/log_line.hpp"
 
 #include "model_loader/intra_op_team.hpp"
@@ -197,11 +196,7 @@ void ControlServer::start_run(const protocol::RpcRequest& request, Reply reply,
     RouteAnswer answered = service_.answer(method, RouteCall(request.params));
     if (!answered.pending) {  // answered at once
       send(Reply{std::move(*envelope),
-                 protocol::reply_frame(
-                     protocol::make_result(
-                         id, std::visit([](const auto& body) { return nlohmann::json(body); },
-                                        answered.body)),
-                     id_text)});
+                 protocol::reply_frame(protocol::make_result(id, answered.json_body()), id_text)});
       return;
     }
     run = std::move(answered.pending);

@@ -78,6 +78,10 @@ struct RouteAnswer {
   std::shared_ptr<StreamedAnswer> stream;
 
   static RouteAnswer now(Body body) { return {std::move(body), {}, {}}; }
+  // The body as JSON, whichever order its keys keep (ZeroMQ's result, WorkerService::call).
+  nlohmann::json json_body() const {
+    return std::visit([](const auto& b) { return nlohmann::json(b); }, body);
+  }
   static RouteAnswer later(std::shared_ptr<PendingAnswer> run) { return {{}, std::move(run), {}}; }
   static RouteAnswer streamed(std::shared_ptr<StreamedAnswer> run) {
     return {{}, {}, std::move(run)};
