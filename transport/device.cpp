@@ -1,6 +1,7 @@
 #include "transport/device.hpp"
 
 #include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include <algorithm>
 
@@ -44,9 +45,10 @@ c10::Device parse_device(const std::string& name) {
     index = std::stoi(name.substr(prefix.size()));
   }
   if (!at::hasCUDA()) {
-    throw protocol::ValueError(flag +
-                               "this build's libtorch has no CUDA (it is a CPU-only libtorch); "
-                               "run with --device cpu, or build hotswap against a CUDA libtorch");
+    // libtorch's CUDA hooks are registered only where its CUDA half is built and loaded; with
+    // them, hasCUDA() is false only because no device answered.
+    throw protocol::ValueError(
+        flag + why_no_cuda_device(at::detail::getCUDAHooks().isBuilt(), gpu_runtime_info()));
   }
   const auto info = gpu_runtime_info();
   if (info.built_with_cuda && index >= info.device_count) {
@@ -185,6 +187,29 @@ GpuRuntimeInfo gpu_runtime_info() {
   info.device_error = "built without CUDA";
 #endif
   return info;
+}
+
+std::string why_no_cuda_device(bool libtorch_built_with_cuda, const GpuRuntimeInfo& info) {
+  if (!libtorch_built_with_cuda) {
+    return "this build's libtorch has no CUDA (it is a CPU-only libtorch); run with --device "
+           "cpu, or build hotswap against a CUDA libtorch";
+  }
+  std::string why = "libtorch has CUDA, but this machine offers no GPU: ";
+  if (!info.built_with_cuda) {
+    why += "no NVIDIA driver is loaded, or no device is visible";
+  } else if (info.device_error.starts_with("cudaErrorInsufficientDriver")) {
+    why += "no NVIDIA driver is loaded, or it is older than CUDA " +
+           std::to_string(info.cuda_runtime_version / 1000) + "." +
+           std::to_string(info.cuda_runtime_version % 1000 / 10) + " needs (" + info.device_error +
+           ")";
+  } else if (info.device_error.starts_with("cudaErrorNoDevice")) {
+    why += "the driver sees no device (is CUDA_VISIBLE_DEVICES empty?) (" + info.device_error + ")";
+  } else if (!info.device_error.empty()) {
+    why += info.device_error;
+  } else {
+    why += "the driver reports " + std::to_string(info.device_count) + " device(s)";
+  }
+  return why + "; run with --device cpu";
 }
 
 }  // namespace hotswap::transport

@@ -75,4 +75,10 @@ struct GpuRuntimeInfo {
 
 GpuRuntimeInfo gpu_runtime_info();
 
+// Why libtorch offers no CUDA device, for `--device cuda...`, as one clause that ends with what
+// to do: a CPU-only libtorch (build against a CUDA one) is told apart from a CUDA libtorch on a
+// machine without a driver or without a visible GPU (run with --device cpu, or find the GPU).
+// `libtorch_built_with_cuda`: whether the libtorch in this process has its CUDA half.
+std::string why_no_cuda_device(bool libtorch_built_with_cuda, const GpuRuntimeInfo& info);
+
 }  // namespace hotswap::transport

@@ -71,6 +71,49 @@ BOOST_AUTO_TEST_CASE(gpu_runtime_reports_what_the_build_and_machine_offer) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_cuda_device_without_a_gpu_says_which_half_is_missing) {
+  // The message a CPU-only libtorch gets, and the one a CUDA build on a machine without a driver
+  // gets: the first wrongly stood for both (a CUDA build in CI was told its libtorch had no CUDA).
+  transport::GpuRuntimeInfo no_driver;
+  no_driver.built_with_cuda = true;
+  no_driver.cuda_runtime_version = 13000;
+  no_driver.device_error =
+      "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version";
+  BOOST_TEST(transport::why_no_cuda_device(false, no_driver) ==
+             "this build's libtorch has no CUDA (it is a CPU-only libtorch); run with --device "
+             "cpu, or build hotswap against a CUDA libtorch");
+  BOOST_TEST(transport::why_no_cuda_device(true, no_driver) ==
+             "libtorch has CUDA, but this machine offers no GPU: no NVIDIA driver is loaded, or "
+             "it is older than CUDA 13.0 needs (cudaErrorInsufficientDriver: CUDA driver version "
+             "is insufficient for CUDA runtime version); run with --device cpu");
+  transport::GpuRuntimeInfo hidden = no_driver;
+  hidden.device_error = "cudaErrorNoDevice: no CUDA-capable device is detected";
+  BOOST_TEST(transport::why_no_cuda_device(true, hidden) ==
+             "libtorch has CUDA, but this machine offers no GPU: the driver sees no device (is "
+             "CUDA_VISIBLE_DEVICES empty?) (cudaErrorNoDevice: no CUDA-capable device is "
+             "detected); run with --device cpu");
+  BOOST_TEST(transport::why_no_cuda_device(true, transport::GpuRuntimeInfo{}) ==
+             "libtorch has CUDA, but this machine offers no GPU: no NVIDIA driver is loaded, or "
+             "no device is visible; run with --device cpu");
+}
+
+BOOST_AUTO_TEST_CASE(parse_device_on_this_machine_names_the_real_reason) {
+  const auto info = transport::gpu_runtime_info();
+  if (info.device_count > 0) return;  // a GPU here: cuda:0 parses
+  try {
+    transport::parse_device("cuda:0");
+    BOOST_FAIL("cuda:0 parsed on a machine without a GPU");
+  } catch (const protocol::ValueError& e) {
+    const std::string said = e.what();
+    BOOST_TEST_MESSAGE(said);
+#ifdef HOTSWAP_TORCH_HAS_CUDA
+    BOOST_TEST(said.find("CPU-only") == std::string::npos, said);
+    BOOST_TEST(said.find("offers no GPU") != std::string::npos, said);
+#endif
+    BOOST_TEST(said.starts_with("--device cuda:0: "), said);
+  }
+}
+
 // A CUDA runtime in a table, for DeviceScope's logic without a GPU: what the thread's current
 // device is, which devices have an active primary context, and every cudaSetDevice asked for.
 struct FakeCudaRuntime {
