@@ -23,7 +23,9 @@
 #
 # Ray (scripts/ray-requirements.txt, for hotswap.ray and its tests) goes into the same
 # environment as a step of its own, kept by a stamp of its own: a new Ray pin installs Ray alone.
-# HOTSWAP_WITH_RAY=0 leaves it out (hotswap.ray's tests then say they skipped).
+# HOTSWAP_WITH_RAY=0 leaves it out (hotswap.ray's tests then say they skipped). FlashInfer's
+# headers (scripts/flashinfer-requirements.txt, for the GPU kernels) likewise, as a step and a
+# stamp of their own.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${HOTSWAP_VENV:-$HOME/.cache/hotswap/venv}
@@ -74,9 +76,26 @@ ensure_ray() {
   fi
 }
 
+flashinfer_requirements=$root/scripts/flashinfer-requirements.txt
+ensure_flashinfer() {
+  local stamp_now
+  stamp_now=$(sha256sum "$flashinfer_requirements" | cut -c1-16)
+  if [ -f "$venv/.hotswap-flashinfer-ready" ] &&
+     [ "$(cat "$venv/.hotswap-flashinfer-ready")" = "$stamp_now" ]; then
+    return 0
+  fi
+  echo "make-torch-env: installing $(grep -vE '^(#|$)' "$flashinfer_requirements" | xargs)" \
+    "(its CUDA headers only) into $venv"
+  # --no-deps: hotswap compiles its headers and never imports it (its dependencies are a JIT's).
+  "$venv/bin/python" -m pip install -q --no-input --disable-pip-version-check --no-deps \
+    -r "$flashinfer_requirements"
+  echo "$stamp_now" >"$venv/.hotswap-flashinfer-ready"
+}
+
 if [ -f "$venv/.hotswap-ready" ] && [ "$(cat "$venv/.hotswap-ready")" = "$stamp" ] &&
    "$venv/bin/python" -c 'import torch, numpy, zmq' 2>/dev/null; then
   ensure_ray
+  ensure_flashinfer
   echo "make-torch-env: kept $venv ($mode)"
   echo "$venv/bin/python"
   exit 0
@@ -146,5 +165,6 @@ fi
 "$venv/bin/python" -c 'import torch; torch.ones(2).sum().item()'
 echo "$stamp" >"$venv/.hotswap-ready"
 ensure_ray
+ensure_flashinfer
 echo "make-torch-env: $venv ready in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1) ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
 echo "$venv/bin/python"
