@@ -21,8 +21,10 @@ class CMakeBuild(build_ext):
         # relative to the build folder, so a source compiled here with the flags of another
         # build of this checkout is a cache hit (the wheel test builds with the suite's).
         build = os.path.join(ROOT, "build-wheel")
+        # The trainer's package runs no model on a GPU: no FlashInfer kernels to compile.
         args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
-                "-DHOTSWAP_BUILD_TESTS=OFF", "-DHOTSWAP_BUILD_BENCH=OFF"]
+                "-DHOTSWAP_BUILD_TESTS=OFF", "-DHOTSWAP_BUILD_BENCH=OFF",
+                "-DHOTSWAP_WITH_KERNELS=OFF"]
         # More CMake arguments, after these (later ones win): the wheel test passes the suite's
         # build type and flags.
         args += shlex.split(os.environ.get("HOTSWAP_WHEEL_CMAKE_ARGS", ""))

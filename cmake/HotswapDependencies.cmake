@@ -168,6 +168,43 @@ option(HOTSWAP_WITH_CUDA "Build the GPU data planes (nccl, sparse_nccl, ipc)" ${
 if(NOT HOTSWAP_WITH_CUDA AND HOTSWAP_CUDA_REASON STREQUAL "")
   set(HOTSWAP_CUDA_REASON "HOTSWAP_WITH_CUDA=OFF was asked for")
 endif()
+# FlashInfer's header-only CUDA templates, from the flashinfer-python wheel that
+# scripts/make-torch-env.sh installs beside torch (scripts/flashinfer-requirements.txt), and the
+# CCCL they were written against (CUDA 13.0's lacks cuda::fast_mod_div): model_loader/kernels/
+# compiles the instantiations hotswap uses. A sanitized build leaves them out: nothing in it runs
+# on a GPU, and the CPU paths it checks do not call them.
+get_filename_component(_hotswap_site_packages "${Torch_DIR}/../../../.." ABSOLUTE)
+find_path(HOTSWAP_FLASHINFER_INCLUDE_DIR flashinfer/attention/decode.cuh
+  HINTS "${_hotswap_site_packages}/flashinfer/data/include" NO_DEFAULT_PATH)
+if(HOTSWAP_FLASHINFER_INCLUDE_DIR)
+  get_filename_component(HOTSWAP_FLASHINFER_CCCL_DIR "${HOTSWAP_FLASHINFER_INCLUDE_DIR}/../cccl"
+                         ABSOLUTE)
+endif()
+# HOTSWAP_WITH_KERNELS: AUTO (the default) builds them wherever they can be, decided afresh at
+# every configure, so a build folder configured before the headers were installed picks them up.
+set(HOTSWAP_WITH_KERNELS AUTO CACHE STRING "Compile FlashInfer's GPU kernels: AUTO, ON or OFF")
+set_property(CACHE HOTSWAP_WITH_KERNELS PROPERTY STRINGS AUTO ON OFF)
+set(HOTSWAP_KERNELS_REASON "")
+if(NOT HOTSWAP_WITH_CUDA)
+  set(HOTSWAP_KERNELS_REASON "no GPU build (${HOTSWAP_CUDA_REASON})")
+elseif(NOT HOTSWAP_FLASHINFER_INCLUDE_DIR OR NOT EXISTS "${HOTSWAP_FLASHINFER_CCCL_DIR}/cub")
+  set(HOTSWAP_KERNELS_REASON "FlashInfer's headers not found beside torch (scripts/make-torch-env.sh installs them)")
+elseif(NOT CMAKE_CUDA_COMPILER)
+  set(HOTSWAP_KERNELS_REASON "no nvcc")
+elseif(HOTSWAP_SANITIZE AND HOTSWAP_WITH_KERNELS STREQUAL "AUTO")
+  set(HOTSWAP_KERNELS_REASON "a sanitized build runs nothing on a GPU")
+endif()
+if(HOTSWAP_WITH_KERNELS STREQUAL "OFF")
+  set(HOTSWAP_KERNELS_REASON "HOTSWAP_WITH_KERNELS=OFF was asked for")
+elseif(HOTSWAP_WITH_KERNELS STREQUAL "ON" AND NOT HOTSWAP_KERNELS_REASON STREQUAL "")
+  message(FATAL_ERROR "HOTSWAP_WITH_KERNELS=ON, but ${HOTSWAP_KERNELS_REASON}")
+endif()
+if(HOTSWAP_KERNELS_REASON STREQUAL "")
+  set(HOTSWAP_KERNELS_BUILT ON)
+else()
+  set(HOTSWAP_KERNELS_BUILT OFF)
+endif()
+
 if(HOTSWAP_WITH_CUDA)
   if(NOT CUDAToolkit_FOUND OR NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
     message(FATAL_ERROR "HOTSWAP_WITH_CUDA=ON but ${HOTSWAP_CUDA_REASON}")

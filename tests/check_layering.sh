@@ -63,17 +63,22 @@ hits=$(grep -nE '#include [<"](torch/|ATen/|c10/|model_loader/servable_model\.hp
   "$root"/model_loader/model_config.* "$root"/model_loader/architecture_registry.* \
   "$root"/model_loader/weight_mapping.* "$root"/model_loader/architectures/*_family.* 2>/dev/null)
 if [ -n "$hits" ]; then echo "layering: config.json and the architecture registry must stay free of libtorch and model code:"; echo "$hits"; status=1; fi
-# CUDA lives in transport/: everywhere else a GPU feature is a transport/ call that throws
-# "needs a GPU build" without CUDA, never a conditional or a CUDA header. (bench/ and tests/
-# may ask: a GPU benchmark or test exists only in a GPU build.)
+# CUDA lives in transport/ and in model_loader/kernels/ (FlashInfer's kernels, behind an
+# interface with no CUDA type): everywhere else a GPU feature is a call into one of them that
+# answers "needs a GPU build" without CUDA, never a conditional or a CUDA header. (bench/ and
+# tests/ may ask: a GPU benchmark or test exists only in a GPU build.)
 for folder in protocol model_loader receiver worker trainer_sdk; do
   hits=$(grep -rnE 'HOTSWAP_WITH_CUDA|#include [<"](cuda|cuda_runtime|cuda_runtime_api|nccl)\.h|#include "transport/(cuda_check|cuda_stream)\.hpp' \
-    "$root/$folder" --include='*.hpp' --include='*.cpp' --include='*.h' 2>/dev/null)
+    "$root/$folder" --include='*.hpp' --include='*.cpp' --include='*.h' 2>/dev/null |
+    grep -v "^$root/model_loader/kernels/")
   if [ -n "$hits" ]; then
     echo "layering: $folder/ must leave CUDA to transport/ (no HOTSWAP_WITH_CUDA, no CUDA headers):"
     echo "$hits"
     status=1
   fi
 done
+# The kernels' interface holds no CUDA type, so that any g++ source may include it.
+hits=$(grep -nE '#include [<"](cuda|flashinfer/)' "$root/model_loader/kernels/"*.hpp 2>/dev/null)
+if [ -n "$hits" ]; then echo "layering: model_loader/kernels/'s headers must not include CUDA or FlashInfer:"; echo "$hits"; status=1; fi
 [ $status -eq 0 ] && echo "layering: every dependency arrow holds"
 exit $status
