@@ -5,8 +5,10 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <future>
 #include <map>
+#include <thread>
 
 #include <ATen/Context.h>
 #include <ATen/ops/randn.h>
@@ -90,14 +92,25 @@ BOOST_FIXTURE_TEST_CASE(at_most_max_num_seqs_run_and_the_next_joins_as_one_leave
 BOOST_FIXTURE_TEST_CASE(a_request_joins_a_batch_that_is_already_decoding, Fixture) {
   GenerationScheduler scheduler(model, [] { return std::optional<std::string>(); });
   std::promise<void> third_token;
+  std::atomic<bool> submitting{false};
   auto long_request = request(1, 4, 40);
   auto watch = long_request.on_token;
   long_request.on_token = [&, watch](const model_loader::Sequence& s, const auto& v) {
-    if (s.output_tokens().size() == 3) third_token.set_value();
+    if (s.output_tokens().size() == 3) {
+      third_token.set_value();
+      // With the scheduler's lock held, until the newcomer is on its way to it: on two cores
+      // the stepping thread and its OpenMP team otherwise kept this test's thread off the CPU
+      // for the rest of the request (it joined after 36 more steps, seen). Once it waits for the
+      // lock, the loop takes no step before it has had it.
+      while (!submitting)
+        std::this_thread::yield();
+      std::this_thread::sleep_for(20ms);
+    }
     return watch(s, v);
   };
   auto first = submit(scheduler, std::move(long_request));
   third_token.get_future().wait();
+  submitting = true;
   auto second = submit(scheduler, request(2, 4, 2));
   BOOST_TEST(second.get().result->token_ids.size() == 2u);
   BOOST_TEST(first.get().result->token_ids.size() == 40u);

@@ -78,6 +78,13 @@ void GenerationScheduler::wait_out_step(std::unique_lock<std::mutex>& lock) {
   --interrupts_;
 }
 
+std::unique_lock<std::mutex> GenerationScheduler::caller_lock() {
+  ++callers_waiting_;
+  std::unique_lock lock(mutex_);
+  --callers_waiting_;
+  return lock;
+}
+
 std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_point deadline,
                                           Completion done) {
   if (model_->is_dirty()) {
@@ -102,7 +109,12 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
   r.arrival = Clock::now();
   std::uint64_t ticket = 0;
   {
-    std::lock_guard lock(mutex_);
+    // After the lock is let go, on every path: the loop may be waiting for this caller.
+    struct WakeLoop {
+      std::condition_variable& wake;
+      ~WakeLoop() { wake.notify_all(); }
+    } wake_loop{wake_};
+    auto lock = caller_lock();
     if (closed_) throw protocol::RuntimeError("the worker is shutting down");
     if ((paused_ && pause_mode_ != PauseMode::kKeep) || draining_) {
       throw protocol::OverloadedError("Generation is paused. Please retry after it resumes.");
@@ -116,7 +128,6 @@ std::uint64_t GenerationScheduler::submit(GenerateRequest request, Clock::time_p
     ticket = r.ticket = next_ticket_++;
     waiting_.push_back(std::move(r));
   }
-  wake_.notify_all();
   return ticket;
 }
 
@@ -239,7 +250,8 @@ void GenerationScheduler::loop() {
     auto ready = [&] {
       bool admissible = !waiting_.empty() && !paused_ && !draining_;
       return stop_ || !cancelled_.empty() ||
-             (holds_ == 0 && interrupts_ == 0 && !paused_ && (admissible || !running_.empty()));
+             (holds_ == 0 && interrupts_ == 0 && callers_waiting_ == 0 && !paused_ &&
+              (admissible || !running_.empty()));
     };
     stepped_.notify_all();  // expired requests may have ended a pause(wait)'s drain
     if (next_deadline == Clock::time_point::max()) {

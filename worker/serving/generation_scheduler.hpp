@@ -25,6 +25,7 @@
 // thread of its own while it waits: its completion is a callback.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -196,6 +197,11 @@ class GenerationScheduler {
   void refresh_adapters();
   // Ends every request whose deadline passed; returns the earliest deadline left.
   Clock::time_point expire(Clock::time_point now);
+  // mutex_, for a caller, ahead of the loop's next step. The loop takes the lock back the moment
+  // a step ends: on a fast model a caller could wait dozens of steps for it (a request submitted
+  // mid-decode joined after 36, seen). The loop starts no step while one waits; a caller that
+  // took it this way wakes the loop when it lets it go.
+  std::unique_lock<std::mutex> caller_lock();
 
   std::shared_ptr<const model_loader::ServableModel> model_;
   VersionSource version_;
@@ -214,7 +220,8 @@ class GenerationScheduler {
   PauseMode pause_mode_ = PauseMode::kAbort;  // of the pause in force, while paused_
   bool draining_ = false;                     // pause(wait) in progress: admit nothing new
   int holds_ = 0;
-  int interrupts_ = 0;  // pause() calls waiting for the step in progress
+  int interrupts_ = 0;                   // pause() calls waiting for the step in progress
+  std::atomic<int> callers_waiting_{0};  // callers blocked on mutex_ (caller_lock)
   bool stepping_ = false;
   bool stop_ = false;
   bool closed_ = false;  // shutdown(): no new requests
