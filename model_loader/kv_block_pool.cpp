@@ -15,8 +15,8 @@ std::uint64_t KvBlockShape::block_bytes() const {
   return 2 * static_cast<std::uint64_t>(layers * block_size * kv_heads * head_dim) * element;
 }
 
-KvBlockPool::KvBlockPool(KvBlockShape shape, std::int64_t max_blocks)
-    : shape_(std::move(shape)), max_blocks_(max_blocks) {
+KvBlockPool::KvBlockPool(KvBlockShape shape, std::int64_t max_blocks, std::string budget)
+    : shape_(std::move(shape)), max_blocks_(max_blocks), budget_(std::move(budget)) {
   if (shape_.block_size < 1) {
     throw protocol::ValueError("a KV cache block needs at least 1 position");
   }
@@ -66,6 +66,11 @@ void KvBlockPool::reserve(KvCache& cache, std::int64_t more) {
     cache.blocks_.push_back(free_.back());
     free_.pop_back();
   }
+}
+
+void KvBlockPool::allocate_all() {
+  std::lock_guard lock(mutex_);
+  if (capacity_ < max_blocks_) grow(max_blocks_);
 }
 
 void KvBlockPool::grow(std::int64_t blocks) {

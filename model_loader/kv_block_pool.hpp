@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "model_loader/kv_cache.hpp"
@@ -37,13 +38,19 @@ class KvBlockPool : public std::enable_shared_from_this<KvBlockPool> {
  public:
   // At most `max_blocks` blocks; none are allocated until a step needs them. A budget of no
   // block is a ValueError naming a block's size.
-  KvBlockPool(KvBlockShape shape, std::int64_t max_blocks);
+  // `budget`: where the budget came from, one line for the start-up log (kv_cache_budget.hpp).
+  KvBlockPool(KvBlockShape shape, std::int64_t max_blocks, std::string budget = {});
 
   const KvBlockShape& shape() const { return shape_; }
   std::int64_t block_size() const { return shape_.block_size; }
   std::int64_t max_blocks() const { return max_blocks_; }
+  const std::string& budget() const { return budget_; }
   // Blocks a reserve can still take: free ones, and those the budget has not allocated yet.
   std::int64_t free_blocks() const;
+  // Allocates every block of the budget now. On a GPU whose budget is what the device has left
+  // (kv_cache_budget.hpp), growing on demand would need the old and the new tensors at once;
+  // and a CUDA graph needs the cache where it was captured.
+  void allocate_all();
   // Blocks that hold `positions` positions.
   std::int64_t blocks_for(std::int64_t positions) const;
 
@@ -69,6 +76,7 @@ class KvBlockPool : public std::enable_shared_from_this<KvBlockPool> {
 
   KvBlockShape shape_;
   std::int64_t max_blocks_;
+  std::string budget_;
   std::int64_t capacity_ = 0;  // blocks the tensors hold
   std::vector<at::Tensor> keys_, values_;
   // Free blocks, lowest last (taken from the back, so a sequence's blocks tend to be in order).

@@ -14,6 +14,7 @@
 #include "protocol/errors.hpp"
 #include "protocol/param_meta.hpp"
 #include "transport/communicator.hpp"
+#include "transport/device.hpp"
 #include "transport/tensor_digest.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -44,6 +45,33 @@ ServableRuntime::ServableRuntime(ModelConfig config, ModelOptions options, Mappi
   // between the tensor-parallel ranks of this host.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(std::max(1, cores / tp_.size));
+}
+
+KvCacheBudget ServableRuntime::kv_cache_budget(const KvBlockShape& shape) const {
+  const c10::Device& device = store_.device();
+  if (!device.is_cuda() || !options_.gpu_kv_cache) {
+    return KvCacheBudget{
+        options_.kv_cache_memory_bytes,
+        "KV cache " + gibibytes(options_.kv_cache_memory_bytes) + " (--kv-cache-memory-bytes)"};
+  }
+  const auto& sizing = *options_.gpu_kv_cache;
+  const auto now = transport::device_memory(device);
+  GpuMemoryShares shares;
+  shares.total = now.total;
+  shares.free = now.free;
+  shares.weights = store_.nbytes();
+  shares.staged_shadow = options_.update_mode == UpdateMode::kStaged ? store_.nbytes() : 0;
+  shares.activations = estimate_step_activation_bytes(
+      config_, sizing.max_num_batched_tokens, sizing.max_num_seqs,
+      static_cast<std::int64_t>(c10::elementSize(shape.options.dtype().toScalarType())));
+  // No decode graphs are captured yet: their pool is not set aside.
+  shares.cuda_graphs = 0;
+  const std::uint64_t one_sequence =
+      static_cast<std::uint64_t>((config_.max_position_embeddings + shape.block_size - 1) /
+                                 shape.block_size) *
+      shape.block_bytes();
+  return gpu_kv_cache_budget(shares, sizing.gpu_memory_utilization, one_sequence,
+                             config_.max_position_embeddings);
 }
 
 std::size_t ServableRuntime::param(const std::string& runtime_name) const {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "model_loader/kv_cache_budget.hpp"
 #include "model_loader/parameter_store.hpp"
 #include "model_loader/servable_model.hpp"
 #include "model_loader/weight_mapping.hpp"
@@ -65,6 +66,10 @@ class ServableRuntime : public ServableModel {
   ServableRuntime(ModelConfig config, ModelOptions options, MappingRule mapping_rule);
 
   const ModelOptions& options() const { return options_; }
+  // The KV cache's budget for blocks of `shape`: options().kv_cache_memory_bytes, or on a GPU
+  // with options().gpu_kv_cache what vLLM's budget leaves once the weights are allocated (a
+  // ValueError naming every share when that cannot hold one sequence of the context length).
+  KvCacheBudget kv_cache_budget(const KvBlockShape& shape) const;
   const TensorParallelRank& tp() const { return tp_; }  // this rank of the tensor-parallel group
   const WeightMapping& mapping() const { return mapping_; }
   const ParameterStore& store() const { return store_; }

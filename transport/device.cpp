@@ -168,6 +168,21 @@ void synchronize_device(const c10::Device& device) {
 #endif
 }
 
+DeviceMemory device_memory(const c10::Device& device) {
+  if (!device.is_cuda()) {
+    throw protocol::ValueError("device memory is asked of a CUDA device, not " + device.str());
+  }
+#ifdef HOTSWAP_WITH_CUDA
+  DeviceScope scope(device);
+  std::size_t free = 0;
+  std::size_t total = 0;
+  HOTSWAP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return DeviceMemory{free, total};
+#else
+  throw_needs_gpu_build("the memory of " + device.str() + " needs");
+#endif
+}
+
 GpuRuntimeInfo gpu_runtime_info() {
   GpuRuntimeInfo info;
 #ifdef HOTSWAP_WITH_CUDA

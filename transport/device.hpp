@@ -3,6 +3,7 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <string>
 
 namespace hotswap::transport {
@@ -74,6 +75,14 @@ struct GpuRuntimeInfo {
 };
 
 GpuRuntimeInfo gpu_runtime_info();
+
+// A CUDA device's memory now (cudaMemGetInfo on it): what the KV cache's budget starts from.
+// A ValueError for the CPU; "needs a GPU build" without CUDA.
+struct DeviceMemory {
+  std::uint64_t free = 0;
+  std::uint64_t total = 0;
+};
+DeviceMemory device_memory(const c10::Device& device);
 
 // Why libtorch offers no CUDA device, for `--device cuda...`, as one clause that ends with what
 // to do: a CPU-only libtorch (build against a CUDA one) is told apart from a CUDA libtorch on a

@@ -103,9 +103,16 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
   app.add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
                  "bytes the KV cache's blocks may take on each rank, allocated as sequences "
                  "grow; when they run out, the latest sequences are preempted and recomputed "
-                 "later (as vLLM's flag)")
+                 "later (as vLLM's flag). On a GPU the default is what "
+                 "--gpu-memory-utilization leaves")
       ->capture_default_str()
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 44));
+  app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "on a GPU: the fraction of its memory this worker takes; the KV cache gets "
+                 "what the weights, a staged update's shadow and a step's activations leave "
+                 "(as vLLM's flag; ignored with --kv-cache-memory-bytes)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
   app.add_option("--http-threads", o.http_threads,
                  "HTTP requests handled at once; a streaming or waiting request holds one (idle "
                  "and slow connections hold none)")
@@ -139,6 +146,7 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
   o.program = argc > 0 ? argv[0] : "hotswap-worker";
   try {
     app.parse(argc, argv);
+    o.kv_cache_memory_bytes_given = app.count("--kv-cache-memory-bytes") > 0;
     if (o.tensor_parallel_rank < 0 || o.tensor_parallel_rank >= o.tensor_parallel_size) {
       throw CLI::ValidationError("--tensor-parallel-rank must be in 0..--tensor-parallel-size - 1");
     }
@@ -186,6 +194,11 @@ model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
   m.enable_expert_parallel = o.enable_expert_parallel;
   m.kv_block_size = o.block_size;
   m.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
+  if (!o.kv_cache_memory_bytes_given) {
+    m.gpu_kv_cache = model_loader::ModelOptions::GpuKvCacheSizing{
+        o.gpu_memory_utilization, static_cast<std::int64_t>(o.max_num_batched_tokens),
+        static_cast<std::int64_t>(o.max_num_seqs)};
+  }
   return m;
 }
 

@@ -55,6 +55,10 @@ struct WorkerOptions {
   // The paged KV cache: positions per block, and the bytes its blocks may take (per rank).
   std::int64_t block_size = 16;
   std::uint64_t kv_cache_memory_bytes = std::uint64_t{4} << 30;
+  bool kv_cache_memory_bytes_given = false;  // explicitly: it then wins on a GPU too, as in vLLM
+  // On a GPU: the fraction of the device this worker budgets (vLLM's flag); the KV cache takes
+  // what the weights, a staged shadow and a step's activations leave of it.
+  double gpu_memory_utilization = 0.9;
   std::size_t http_threads = 128;  // HTTP requests handled at once (a stream holds one)
   // Deadlines for an HTTP request's header (an idle kept-alive connection's wait included) and
   // for its body, however slowly the bytes arrive.

@@ -172,6 +172,10 @@ std::string WorkerService::describe() const {
       << (options_.enable_expert_parallel && parallel_.tensor_parallel_size > 1
               ? " (experts spread over the ranks)"
               : "");
+  if (const auto* pool = model_->kv_pool()) {
+    out << ", " << pool->budget() << ": " << pool->max_blocks() << " blocks of "
+        << pool->block_size();
+  }
   return out.str();
 }
 

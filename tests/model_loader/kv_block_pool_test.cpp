@@ -103,6 +103,23 @@ BOOST_AUTO_TEST_CASE(the_tensors_grow_on_demand_and_keep_their_contents) {
   BOOST_TEST(pool->free_blocks() == 0);
 }
 
+// A GPU's pool is allocated whole at start: the tensors never move after (a CUDA graph reads
+// them where it was captured), and every block is free.
+BOOST_AUTO_TEST_CASE(allocate_all_takes_the_whole_budget_once) {
+  auto pool = std::make_shared<KvBlockPool>(tiny_shape(), 40, "KV cache 1.0 GiB (a test)");
+  pool->allocate_all();
+  BOOST_TEST(pool->keys(0).size(0) == 40 * 4);
+  const void* keys = pool->keys(0).data_ptr();
+  BOOST_TEST(pool->free_blocks() == 40);
+  KvCache a;
+  pool->reserve(a, 4 * 40);
+  BOOST_TEST(pool->keys(0).data_ptr() == keys, "no growth after");
+  BOOST_TEST(a.blocks().front() == 0, "the lowest block first");
+  pool->allocate_all();  // nothing more to allocate
+  BOOST_TEST(pool->keys(0).data_ptr() == keys);
+  BOOST_TEST(pool->budget() == "KV cache 1.0 GiB (a test)");
+}
+
 // A cache is one pool's: another model's pool refuses it, and a cache that outlives its pool
 // (a model replaced) goes quietly.
 BOOST_AUTO_TEST_CASE(a_cache_belongs_to_one_pool) {
