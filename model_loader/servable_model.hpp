@@ -53,8 +53,8 @@ struct ModelOptions {
   // and the bytes its keys and values may take on each rank, allocated as sequences grow.
   std::int64_t kv_block_size = 16;
   std::uint64_t kv_cache_memory_bytes = std::uint64_t{4} << 30;
-  // On a GPU, without --kv-cache-memory-bytes: the cache takes what vLLM's budget leaves of the
-  // device (kv_cache_budget.hpp) instead of kv_cache_memory_bytes.
+  // On a GPU at tensor-parallel size 1 without --kv-cache-memory-bytes: the cache takes what
+  // vLLM's budget leaves of the device (kv_cache_budget.hpp), not kv_cache_memory_bytes.
   struct GpuKvCacheSizing {
     double gpu_memory_utilization = 0.9;
     std::int64_t max_num_batched_tokens = 0;  // a step's tokens at most, for its activations

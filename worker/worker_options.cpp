@@ -194,7 +194,10 @@ model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
   m.enable_expert_parallel = o.enable_expert_parallel;
   m.kv_block_size = o.block_size;
   m.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
-  if (!o.kv_cache_memory_bytes_given) {
+  // At tensor-parallel size 1 only: each rank would read its own device's free memory, and
+  // ranks whose budgets differ in blocks would not run out together (a rank that cannot take a
+  // block the others took fails the step). More ranks keep --kv-cache-memory-bytes.
+  if (!o.kv_cache_memory_bytes_given && o.tensor_parallel_size == 1) {
     m.gpu_kv_cache = model_loader::ModelOptions::GpuKvCacheSizing{
         o.gpu_memory_utilization, static_cast<std::int64_t>(o.max_num_batched_tokens),
         static_cast<std::int64_t>(o.max_num_seqs)};
