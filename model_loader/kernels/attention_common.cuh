@@ -1,9 +1,12 @@
 // What the paged-attention and KV-append files share: a PagedKvView as FlashInfer's kernels take
-// it (paged_kv_t, NHD, int32 indices), and the fields decode and prefill parameters have alike.
+// it (paged_kv_t, NHD, int32 indices), the fields decode and prefill parameters have alike, and
+// running a planner.
 #pragma once
 
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/page.cuh>
+
+#include <exception>
 
 #include "model_loader/kernels/kernel_dispatch.cuh"
 
@@ -46,6 +49,22 @@ void fill_attention_params(Params& params, const AttentionShape& shape, const vo
   params.kv_chunk_size_ptr =
       flashinfer::GetPtrFromBaseOffset<std::int32_t>(int_buffer, info.kv_chunk_size_ptr_offset);
   params.block_valid_mask = nullptr;
+}
+
+// Runs a FlashInfer planner on a fresh `Info` and keeps what it planned in `plan`. A workspace
+// too small for the batch is the one thing the planners throw for: it is a status here.
+template <typename Info, typename Planner>
+cudaError_t make_plan(AttentionPlan& plan, bool prefill, Planner&& planner) {
+  Info info;
+  cudaError_t status = cudaSuccess;
+  try {
+    status = planner(info);
+  } catch (const std::exception&) {
+    return cudaErrorMemoryAllocation;
+  }
+  plan.info = info.ToVector();
+  plan.prefill = prefill;
+  return status;
 }
 
 }  // namespace hotswap::model_loader::kernels::detail

@@ -8,8 +8,6 @@
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/attention/variants.cuh>
 
-#include <exception>
-
 #include "model_loader/kernels/attention_common.cuh"
 #include "model_loader/kernels/kernel_dispatch.cuh"
 
@@ -35,24 +33,20 @@ KernelStatus plan_decode(const AttentionShape& shape, const AttentionWorkspace& 
     using T = decltype(tag);
     return detail::with_head_dim(shape.head_dim, [&](auto head_dim) -> cudaError_t {
       constexpr std::uint32_t kHeadDim = decltype(head_dim)::value;
-      flashinfer::DecodePlanInfo info;
-      cudaError_t status = cudaSuccess;
-      try {
-        DISPATCH_GQA_GROUP_SIZE(shape.q_heads / shape.kv_heads, kGroupSize, {
-          auto estimate = flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<
-              kGroupSize, kHeadDim, kNoRope, Variant, Params<T>>;
-          status = flashinfer::DecodePlan<kHeadDim, kNoRope, Variant, Params<T>>(
-              workspace.float_buffer, workspace.float_bytes, workspace.int_buffer,
-              workspace.pinned_int_buffer, workspace.int_bytes, info,
-              const_cast<std::int32_t*>(page_indptr_host), sequences, shape.q_heads,
-              shape.page_size, for_cuda_graph, detail::as_stream(stream), estimate);
-        });
-      } catch (const std::exception&) {  // a workspace too small: FlashInfer throws
-        return cudaErrorMemoryAllocation;
-      }
-      plan.info = info.ToVector();
-      plan.prefill = false;
-      return status;
+      return detail::make_plan<flashinfer::DecodePlanInfo>(
+          plan, /*prefill=*/false, [&](flashinfer::DecodePlanInfo& info) {
+            cudaError_t status = cudaErrorInvalidValue;
+            DISPATCH_GQA_GROUP_SIZE(shape.q_heads / shape.kv_heads, kGroupSize, {
+              auto estimate = flashinfer::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<
+                  kGroupSize, kHeadDim, kNoRope, Variant, Params<T>>;
+              status = flashinfer::DecodePlan<kHeadDim, kNoRope, Variant, Params<T>>(
+                  workspace.float_buffer, workspace.float_bytes, workspace.int_buffer,
+                  workspace.pinned_int_buffer, workspace.int_bytes, info,
+                  const_cast<std::int32_t*>(page_indptr_host), sequences, shape.q_heads,
+                  shape.page_size, for_cuda_graph, detail::as_stream(stream), estimate);
+            });
+            return status;
+          });
     });
   });
 }

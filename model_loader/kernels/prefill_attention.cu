@@ -7,8 +7,6 @@
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/attention/variants.cuh>
 
-#include <exception>
-
 #include "model_loader/kernels/attention_common.cuh"
 #include "model_loader/kernels/kernel_dispatch.cuh"
 
@@ -38,24 +36,18 @@ KernelStatus plan_prefill(const AttentionShape& shape, const AttentionWorkspace&
       shape.q_heads % shape.kv_heads != 0) {
     return cudaErrorInvalidValue;
   }
-  flashinfer::PrefillPlanInfo info;
-  cudaError_t status = cudaSuccess;
-  try {
-    status = flashinfer::PrefillPlan<std::int32_t>(
-        workspace.float_buffer, workspace.float_bytes, workspace.int_buffer,
-        workspace.pinned_int_buffer, workspace.int_bytes, info,
-        const_cast<std::int32_t*>(q_indptr_host), const_cast<std::int32_t*>(page_indptr_host), rows,
-        sequences, shape.q_heads, shape.kv_heads, shape.head_dim, shape.head_dim, shape.page_size,
-        for_cuda_graph, /*sizeof_dtype_o=*/2, shape.window_left,
-        /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
-        /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, detail::as_stream(stream),
-        /*kv_dtype_bytes=*/2);
-  } catch (const std::exception&) {  // a workspace too small: FlashInfer throws
-    return cudaErrorMemoryAllocation;
-  }
-  plan.info = info.ToVector();
-  plan.prefill = true;
-  return status;
+  return detail::make_plan<flashinfer::PrefillPlanInfo>(
+      plan, /*prefill=*/true, [&](flashinfer::PrefillPlanInfo& info) {
+        return flashinfer::PrefillPlan<std::int32_t>(
+            workspace.float_buffer, workspace.float_bytes, workspace.int_buffer,
+            workspace.pinned_int_buffer, workspace.int_bytes, info,
+            const_cast<std::int32_t*>(q_indptr_host), const_cast<std::int32_t*>(page_indptr_host),
+            rows, sequences, shape.q_heads, shape.kv_heads, shape.head_dim, shape.head_dim,
+            shape.page_size, for_cuda_graph, /*sizeof_dtype_o=*/2, shape.window_left,
+            /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
+            /*uniform_q_len=*/0, /*fixed_uniform_q_len=*/false, detail::as_stream(stream),
+            /*kv_dtype_bytes=*/2);
+      });
 }
 
 KernelStatus run_prefill(const AttentionShape& shape, const AttentionWorkspace& workspace,
