@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "model_loader/kv_cache_budget.hpp"
 #include "protocol/errors.hpp"
 #include "protocol/param_meta.hpp"
 #include "transport/communicator.hpp"
@@ -47,12 +48,15 @@ ServableRuntime::ServableRuntime(ModelConfig config, ModelOptions options, Mappi
   at::set_num_threads(std::max(1, cores / tp_.size));
 }
 
-KvCacheBudget ServableRuntime::kv_cache_budget(const KvBlockShape& shape) const {
+std::shared_ptr<KvBlockPool> ServableRuntime::make_kv_pool(const KvBlockShape& shape) const {
+  auto blocks = [&](std::uint64_t bytes) {
+    return static_cast<std::int64_t>(bytes / std::max<std::uint64_t>(1, shape.block_bytes()));
+  };
   const c10::Device& device = store_.device();
   if (!device.is_cuda() || !options_.gpu_kv_cache) {
-    return KvCacheBudget{
-        options_.kv_cache_memory_bytes,
-        "KV cache " + gibibytes(options_.kv_cache_memory_bytes) + " (--kv-cache-memory-bytes)"};
+    return std::make_shared<KvBlockPool>(
+        shape, blocks(options_.kv_cache_memory_bytes),
+        "KV cache " + gibibytes(options_.kv_cache_memory_bytes) + " (--kv-cache-memory-bytes)");
   }
   const auto& sizing = *options_.gpu_kv_cache;
   const auto now = transport::device_memory(device);
@@ -70,8 +74,11 @@ KvCacheBudget ServableRuntime::kv_cache_budget(const KvBlockShape& shape) const 
       static_cast<std::uint64_t>((config_.max_position_embeddings + shape.block_size - 1) /
                                  shape.block_size) *
       shape.block_bytes();
-  return gpu_kv_cache_budget(shares, sizing.gpu_memory_utilization, one_sequence,
-                             config_.max_position_embeddings);
+  const KvCacheBudget budget = gpu_kv_cache_budget(shares, sizing.gpu_memory_utilization,
+                                                   one_sequence, config_.max_position_embeddings);
+  auto pool = std::make_shared<KvBlockPool>(shape, blocks(budget.bytes), budget.shares);
+  pool->allocate_all();
+  return pool;
 }
 
 std::size_t ServableRuntime::param(const std::string& runtime_name) const {

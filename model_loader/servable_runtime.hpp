@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "model_loader/kv_cache_budget.hpp"
 #include "model_loader/parameter_store.hpp"
 #include "model_loader/servable_model.hpp"
 #include "model_loader/weight_mapping.hpp"
@@ -66,10 +65,11 @@ class ServableRuntime : public ServableModel {
   ServableRuntime(ModelConfig config, ModelOptions options, MappingRule mapping_rule);
 
   const ModelOptions& options() const { return options_; }
-  // The KV cache's budget for blocks of `shape`: options().kv_cache_memory_bytes, or on a GPU
-  // with options().gpu_kv_cache what vLLM's budget leaves once the weights are allocated (a
-  // ValueError naming every share when that cannot hold one sequence of the context length).
-  KvCacheBudget kv_cache_budget(const KvBlockShape& shape) const;
+  // The paged KV cache for blocks of `shape`, within options().kv_cache_memory_bytes (blocks
+  // allocated as sequences grow), or on a GPU with options().gpu_kv_cache within what vLLM's
+  // budget leaves once the weights are allocated, all of it allocated now (a ValueError naming
+  // every share when that cannot hold one sequence of the context length).
+  std::shared_ptr<KvBlockPool> make_kv_pool(const KvBlockShape& shape) const;
   const TensorParallelRank& tp() const { return tp_; }  // this rank of the tensor-parallel group
   const WeightMapping& mapping() const { return mapping_; }
   const ParameterStore& store() const { return store_; }

@@ -48,11 +48,7 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   KvBlockShape kv{this->config().num_hidden_layers, heads_.kv_heads, this->config().head_dim,
                   this->options().kv_block_size,
                   at::TensorOptions().dtype(compute_dtype_).device(store().device())};
-  const KvCacheBudget budget = kv_cache_budget(kv);
-  kv_pool_ = std::make_shared<KvBlockPool>(
-      kv, static_cast<std::int64_t>(budget.bytes / std::max<std::uint64_t>(1, kv.block_bytes())),
-      budget.shares);
-  if (this->options().gpu_kv_cache && store().device().is_cuda()) kv_pool_->allocate_all();
+  kv_pool_ = make_kv_pool(kv);
 
   const ModelConfig& c = this->config();
   auto index = [&](const std::string& name) { return param(name); };
