@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "model_loader/kernels/cuda_graph_recorder.hpp"
 #include "model_loader/kernels/cuda_graph_sizes.hpp"
 #include "model_loader/kernels/decode_step_metadata.hpp"
 #include "protocol/errors.hpp"
@@ -105,6 +106,11 @@ BOOST_AUTO_TEST_CASE(a_commit_switches_graph_sets_and_the_third_storage_evicts_t
   BOOST_TEST(cache.graphs() == 2u);
   cache.clear();
   BOOST_TEST(cache.graphs() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(cuda_graphs_are_refused_off_a_cuda_device) {
+  // A ValueError in a build whose libtorch has CUDA, a RuntimeError in one without.
+  BOOST_CHECK_THROW(CudaGraphRecorder(c10::Device(c10::kCPU)), protocol::Error);
 }
 
 BOOST_AUTO_TEST_CASE(a_storage_key_follows_every_address_in_order) {

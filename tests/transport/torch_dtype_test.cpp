@@ -97,6 +97,19 @@ BOOST_AUTO_TEST_CASE(a_cuda_device_without_a_gpu_says_which_half_is_missing) {
              "no device is visible; run with --device cpu");
 }
 
+BOOST_AUTO_TEST_CASE(device_memory_is_a_cuda_devices_and_fails_clearly_without_one) {
+  HOTSWAP_CHECK_THROW_MSG(transport::device_memory(c10::Device(c10::kCPU)), protocol::ValueError,
+                          "device memory is asked of a CUDA device, not cpu");
+  const auto info = transport::gpu_runtime_info();
+  if (info.device_count > 0) {
+    const auto memory = transport::device_memory(c10::Device(c10::kCUDA, 0));
+    BOOST_TEST(memory.total > 0u);
+    BOOST_TEST(memory.free <= memory.total);
+  } else {
+    BOOST_CHECK_THROW(transport::device_memory(c10::Device(c10::kCUDA, 0)), protocol::Error);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(parse_device_on_this_machine_names_the_real_reason) {
   const auto info = transport::gpu_runtime_info();
   if (info.device_count > 0) return;  // a GPU here: cuda:0 parses
