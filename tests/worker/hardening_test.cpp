@@ -41,14 +41,35 @@ model_loader::ModelConfig long_context_config() {
   return c;
 }
 
+std::unique_ptr<testing::WorkerProcess> start_worker(const testing::CheckpointDir& ckpt,
+                                                     std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--model", ckpt.dir.path.string(), "--weight-transfer-config",
+                                   R"({"backend": "disk"})"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return std::make_unique<testing::WorkerProcess>(args);
+}
+
 struct Fixture {
   testing::CheckpointDir ckpt{long_context_config(), 3300};
 
   std::unique_ptr<testing::WorkerProcess> start(std::vector<std::string> extra = {}) const {
-    std::vector<std::string> args = {"--model", ckpt.dir.path.string(), "--weight-transfer-config",
-                                     R"({"backend": "disk"})"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<testing::WorkerProcess>(args);
+    return start_worker(ckpt, std::move(extra));
+  }
+};
+
+// A context long enough that one generation outlasts any test: for the cases that need a
+// generation still running while they act (in CI once, 8000 tokens of the tiny model ran out
+// before eight calls were queued behind them).
+struct LongContextFixture {
+  testing::CheckpointDir ckpt{[] {
+                                auto c = long_context_config();
+                                c.max_position_embeddings = 1 << 17;
+                                return c;
+                              }(),
+                              3301};
+
+  std::unique_ptr<testing::WorkerProcess> start(std::vector<std::string> extra = {}) const {
+    return start_worker(ckpt, std::move(extra));
   }
 };
 
@@ -282,7 +303,7 @@ BOOST_FIXTURE_TEST_CASE(queued_requests_are_bounded_and_hold_no_threads, Fixture
   }
 }
 
-BOOST_FIXTURE_TEST_CASE(long_calls_past_the_queue_are_overloaded_too, Fixture) {
+BOOST_FIXTURE_TEST_CASE(long_calls_past_the_queue_are_overloaded_too, LongContextFixture) {
   auto worker = start({"--max-queued-requests", "1"});
   trainer_sdk::RpcClient control(worker->endpoint(), 30s);
   // A long generation, and pause(wait) calls that each hold one of the four threads until it
@@ -296,9 +317,10 @@ BOOST_FIXTURE_TEST_CASE(long_calls_past_the_queue_are_overloaded_too, Fixture) {
     std::array<zmq::const_buffer, 2> parts{zmq::const_buffer(nullptr, 0), zmq::buffer(frame)};
     zmq::send_multipart(many, parts);
   };
-  // 8000 tokens: on torch 2 the tiny model ran 2000 before the pauses were all queued, and
-  // the pauses it held were let go (one overloaded reply of three, seen).
-  send(0, "generate", generate_params(8000));
+  // Far more tokens than the test lasts: a generation that ended early would let the pauses go
+  // (on torch 2, 2000 tokens ran out before the pauses were all queued; in CI once, 8000 did).
+  // The worker is stopped with the generation still running.
+  send(0, "generate", generate_params(120000));
   BOOST_REQUIRE(in_flight_becomes(control, 1, 10s));
   for (int i = 1; i <= 8; ++i)
     send(i, "pause", {{"mode", "wait"}});
@@ -308,9 +330,10 @@ BOOST_FIXTURE_TEST_CASE(long_calls_past_the_queue_are_overloaded_too, Fixture) {
     BOOST_REQUIRE(zmq::poll(&item, 1, 10s) == 1);
     std::vector<zmq::message_t> frames;
     BOOST_REQUIRE(zmq::recv_multipart(many, std::back_inserter(frames)));
-    if (json::parse(frames.back().to_string())["error"]["code"] == protocol::kOverloadedCode) {
-      ++overloaded;
-    }
+    const json reply = json::parse(frames.back().to_string());
+    const bool refused = reply["error"]["code"] == protocol::kOverloadedCode;
+    BOOST_TEST(refused, "reply " << i << " is not 'overloaded': " << reply.dump());
+    overloaded += refused ? 1 : 0;
   }
   BOOST_TEST(overloaded == 3);
   BOOST_TEST(control.call("health")["status"] == "ok");  // quick calls are still answered
