@@ -21,14 +21,11 @@
 using namespace hotswap;
 namespace architectures = model_loader::architectures;
 using testing::CheckpointDir;
+using testing::max_abs_diff;
 
 namespace {
 
 const std::vector<std::int64_t> kPrompt = {3, 17, 42, 5, 9, 61, 7, 20, 1, 33};
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return at::abs(a - b).max().item<double>();
-}
 
 }  // namespace
 

@@ -32,6 +32,7 @@ using namespace hotswap;
 using namespace std::chrono_literals;
 using model_loader::LoraAdapter;
 using nlohmann::json;
+using testing::max_abs_diff;
 
 namespace {
 
@@ -46,10 +47,6 @@ at::Tensor golden_logits(const json& rows) {
   for (const auto& row : rows)
     out.push_back(at::tensor(row.get<std::vector<float>>()));
   return at::stack(out);
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
 // Every position's logits of `ids` through `adapter` (null: the base model).

@@ -104,6 +104,11 @@ struct CheckpointDir {
   }
 };
 
+// The largest elementwise difference of two tensors of one shape, in float64.
+inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
 inline at::Tensor long_tensor(const std::vector<std::int64_t>& ids) {
   return at::tensor(ids, at::TensorOptions().dtype(at::kLong));
 }

@@ -23,6 +23,7 @@ using namespace hotswap;
 using namespace std::chrono_literals;
 namespace architectures = model_loader::architectures;
 using testing::CheckpointDir;
+using testing::max_abs_diff;
 
 namespace {
 
@@ -33,10 +34,6 @@ model_loader::ModelOptions sharded(std::shared_ptr<transport::Communicator> grou
   options.tensor_parallel_group = std::move(group);
   options.collective_timeout = 20s;
   return options;
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return at::abs(a - b).max().item<double>();
 }
 
 // Logits of kPrompt at every position, then of two decode steps over a batch of two sequences
