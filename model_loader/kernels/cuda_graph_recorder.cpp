@@ -49,7 +49,9 @@ std::unique_ptr<StepGraph> CudaGraphRecorder::capture(const std::function<void()
   {
     c10::cuda::CUDAStreamGuard stream_guard(side);
     step();  // the step's own run, outside the capture
-    graph->capture_begin(pool_->id);
+    // Thread-local: another thread's CUDA calls meanwhile (a weight update's copies) neither
+    // join this capture nor invalidate it.
+    graph->capture_begin(pool_->id, cudaStreamCaptureModeThreadLocal);
     step();
     graph->capture_end();
   }

@@ -28,6 +28,7 @@ DecodeStepMetadata::DecodeStepMetadata(std::int64_t max_rows, std::int64_t max_b
   sections_.tokens = take(rows);
   sections_.positions = take(rows);
   sections_.row_of_token = take(rows);
+  sections_.q_indptr = take(rows + 1);
   sections_.page_indptr = take(rows + 1);
   sections_.last_page_len = take(rows);
   sections_.page_indices = take(rows * static_cast<std::size_t>(max_blocks_per_row));
@@ -44,10 +45,12 @@ void DecodeStepMetadata::fill(std::span<const DecodeRow> sequences, std::int64_t
   std::int32_t* tokens = image_.data() + sections_.tokens;
   std::int32_t* positions = image_.data() + sections_.positions;
   std::int32_t* row_of_token = image_.data() + sections_.row_of_token;
+  std::int32_t* q_indptr = image_.data() + sections_.q_indptr;
   std::int32_t* indptr = image_.data() + sections_.page_indptr;
   std::int32_t* last_len = image_.data() + sections_.last_page_len;
   std::int32_t* pages = image_.data() + sections_.page_indices;
   indptr[0] = 0;
+  q_indptr[0] = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
     const bool padding = r >= static_cast<std::int64_t>(sequences.size());
     const DecodeRow pad{0, 0, std::span<const std::int32_t>(&scratch_block_, 1)};
@@ -64,6 +67,7 @@ void DecodeStepMetadata::fill(std::span<const DecodeRow> sequences, std::int64_t
     tokens[r] = row.token;
     positions[r] = row.position;
     row_of_token[r] = static_cast<std::int32_t>(r);
+    q_indptr[r + 1] = static_cast<std::int32_t>(r + 1);
     std::copy_n(row.blocks.begin(), used, pages + indptr[r]);
     indptr[r + 1] = indptr[r] + static_cast<std::int32_t>(used);
     last_len[r] = static_cast<std::int32_t>(row.position % block_size_ + 1);

@@ -8,8 +8,9 @@
 // sequence), so its attention reads one position, its KV append writes only there, and its
 // logits are dropped. The sections are FlashInfer's decode and append arguments (NHD pages,
 // int32): page_indptr [rows + 1], page_indices [rows * max_blocks_per_row] (each row's pages at
-// page_indptr[r] ..), last_page_len [rows], and tokens, positions and row_of_token [rows] (a
-// decode appends one token per row).
+// page_indptr[r] ..), last_page_len [rows], tokens, positions and row_of_token [rows] (a decode
+// appends one token per row), and q_indptr [rows + 1] (0, 1, .. rows: for group sizes the decode
+// kernel lacks, the prefill kernel runs the decode).
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,8 @@ class DecodeStepMetadata {
  public:
   // Where each section starts in the image, in int32 elements; fixed by the capacity.
   struct Sections {
-    std::size_t tokens, positions, row_of_token, page_indptr, last_page_len, page_indices, total;
+    std::size_t tokens, positions, row_of_token, q_indptr, page_indptr, last_page_len, page_indices,
+        total;
   };
 
   // For steps of up to `max_rows` rows whose sequences hold up to `max_blocks_per_row` blocks of

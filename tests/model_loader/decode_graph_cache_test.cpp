@@ -131,7 +131,7 @@ BOOST_AUTO_TEST_CASE(metadata_pads_rows_with_the_scratch_block_at_fixed_offsets)
   metadata.fill(rows, 4);
   const auto& s = metadata.sections();
   BOOST_TEST(s.total == before.total);
-  BOOST_TEST(s.total == 4u * 5 + 1 + 4u * 3);
+  BOOST_TEST(s.total == 4u * 6 + 2 + 4u * 3);
   auto section = [&](std::size_t start, std::size_t count) {
     auto span = metadata.section(start, count);
     return std::vector<std::int32_t>(span.begin(), span.end());
@@ -139,6 +139,7 @@ BOOST_AUTO_TEST_CASE(metadata_pads_rows_with_the_scratch_block_at_fixed_offsets)
   BOOST_TEST(section(s.tokens, 4) == (std::vector<std::int32_t>{11, 12, 0, 0}));
   BOOST_TEST(section(s.positions, 4) == (std::vector<std::int32_t>{20, 3, 0, 0}));
   BOOST_TEST(section(s.row_of_token, 4) == (std::vector<std::int32_t>{0, 1, 2, 3}));
+  BOOST_TEST(section(s.q_indptr, 5) == (std::vector<std::int32_t>{0, 1, 2, 3, 4}));
   BOOST_TEST(section(s.page_indptr, 5) == (std::vector<std::int32_t>{0, 2, 3, 4, 5}));
   BOOST_TEST(section(s.page_indices, 5) == (std::vector<std::int32_t>{5, 6, 7, 99, 99}));
   BOOST_TEST(section(s.last_page_len, 4) == (std::vector<std::int32_t>{5, 4, 1, 1}));
