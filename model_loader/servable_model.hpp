@@ -34,6 +34,18 @@ namespace hotswap::model_loader {
 class LoraAdapter;
 class WeightMapping;
 
+// The kernels a forward step runs (vLLM's --attention-backend, with hotswap's values).
+enum class AttentionBackend : std::uint8_t {
+  // FlashInfer's kernels where they can run the model (a GPU; bfloat16 or float16; a dense model
+  // at tensor-parallel size 1; no LoRA in the step), libtorch's ops elsewhere.
+  kAuto,
+  kFlashInfer,  // FlashInfer's, or a refusal at start naming why they cannot
+  kTorch,       // libtorch's ops everywhere
+  // The kernel path over the libtorch reference kernels, its graphs replayed eagerly: the GPU
+  // path's logic on any device and dtype (for tests).
+  kReference,
+};
+
 struct ModelOptions {
   std::optional<protocol::DType> dtype;  // runtime dtype; default: the checkpoint's
   bool quantize_int8 = false;            // --quantization int8
@@ -61,6 +73,16 @@ struct ModelOptions {
     std::int64_t max_num_seqs = 0;            // a step's sequences at most, for its logits
   };
   std::optional<GpuKvCacheSizing> gpu_kv_cache;
+  // The kernel path's choices (model_loader/blocks/kernel_step_runner.hpp): vLLM's
+  // --attention-backend, --cuda-graph-sizes (empty: vLLM's default list), --enforce-eager (no
+  // graphs), and --max-num-seqs, the largest graph.
+  struct StepKernelOptions {
+    AttentionBackend backend = AttentionBackend::kAuto;
+    std::vector<std::int64_t> cuda_graph_sizes;
+    bool enforce_eager = false;
+    std::int64_t max_num_seqs = 256;
+  };
+  StepKernelOptions step_kernels;
 };
 
 // One sequence's share of a forward step: `num_tokens` new tokens at positions
@@ -106,6 +128,8 @@ class ServableModel : public LoadableModel {
   // free to decide, before a step, which sequences it can run (and which to preempt). Null for
   // a model without one, whose caches are unbounded.
   virtual const KvBlockPool* kv_pool() const { return nullptr; }
+  // How its steps run, for the start-up log: "libtorch", or the kernels and graphs it uses.
+  virtual std::string step_path() const { return "libtorch"; }
 
   // Zeroes every runtime tensor (vLLM's weight_checker `reset`): a following update can then
   // be seen to land whole. Not allowed during a reload.

@@ -3,12 +3,16 @@
 #include <ATen/TensorOperators.h>
 
 #include <algorithm>
+#include <sstream>
 #include <vector>
 
 #include "model_loader/blocks/gated_mlp.hpp"
+#include "model_loader/blocks/linear_layers.hpp"
 #include "model_loader/blocks/rms_norm.hpp"
 #include "model_loader/blocks/step_inputs.hpp"
 #include "model_loader/blocks/vocab_parallel.hpp"
+#include "model_loader/kernels/cuda_graph_recorder.hpp"
+#include "protocol/errors.hpp"
 
 namespace hotswap::model_loader {
 
@@ -37,7 +41,8 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
       // is an error.
       rope_(this->config(), store().device(), compute_dtype_),
       blocks_{store(), tp(), [this](at::Tensor& t) { queue_all_reduce(t); },
-              [this] { finish_collectives(); }} {
+              [this] { finish_collectives(); }},
+      no_lora_(std::vector<ForwardSlice>{}, store().device()) {
   attention_limits_.bytes_per_call = kPagedAttentionCallBudget;
   attention_limits_.heads = heads_.heads;
   attention_limits_.kv_heads = heads_.kv_heads;
@@ -78,6 +83,66 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
                     .w2 = optional(block + "experts.w2_weight", moe)},
     });
   }
+  choose_step_path();
+}
+
+void LlamaModel::choose_step_path() {
+  const auto& o = options().step_kernels;
+  const ModelConfig& c = config();
+  const c10::Device device = store().device();
+  if (o.backend == AttentionBackend::kTorch) {
+    step_path_ = "libtorch (--attention-backend TORCH)";
+    return;
+  }
+  kernels::StepKernelShape shape{.q_heads = heads_.heads,
+                                 .kv_heads = heads_.kv_heads,
+                                 .head_dim = c.head_dim,
+                                 .block_size = kv_pool_->block_size(),
+                                 .sliding_window = c.sliding_window,
+                                 .eps = c.rms_norm_eps,
+                                 .cos_sin = {}};
+  // Why the kernels cannot take this model's steps; nullopt: they can.
+  std::optional<std::string> why;
+  if (tp().size > 1) {
+    why = "tensor-parallel steps run libtorch's ops";
+  } else if (c.num_experts > 0) {
+    why = "mixture-of-experts layers run libtorch's ops";
+  } else if (store().quantize_int8()) {
+    why = "int8 weights run libtorch's ops";
+  } else if (o.backend != AttentionBackend::kReference) {
+    why = kernels::flashinfer_refusal(shape, store().dtype(), device);
+  }
+  if (why) {
+    if (o.backend == AttentionBackend::kFlashInfer) {
+      throw protocol::ValueError("--attention-backend FLASHINFER cannot run this model: " + *why);
+    }
+    // On a CPU that is the only path; on a GPU, say why it is not the kernels'.
+    step_path_ = device.is_cuda() ? "libtorch (" + *why + ")" : "libtorch";
+    return;
+  }
+  shape.cos_sin = rope_.cos_sin_table(c.max_position_embeddings);
+  const bool reference = o.backend == AttentionBackend::kReference;
+  kernels::CudaGraphSizes sizes(o.cuda_graph_sizes, o.max_num_seqs, o.enforce_eager);
+  std::shared_ptr<kernels::GraphRecorder> recorder;
+  if (!sizes.empty()) {
+    recorder = reference ? std::shared_ptr<kernels::GraphRecorder>(
+                               std::make_shared<kernels::EagerGraphRecorder>())
+                         : std::make_shared<kernels::CudaGraphRecorder>(device);
+  }
+  std::ostringstream path;
+  path << (reference ? "reference kernels" : "FlashInfer kernels");
+  if (sizes.empty()) {
+    path << ", eager (--enforce-eager)";
+  } else {
+    path << ", decode graphs of " << sizes.sizes().front() << " to " << sizes.sizes().back()
+         << " sequences (" << sizes.sizes().size() << " sizes)";
+  }
+  step_path_ = path.str();
+  kernel_runner_ = std::make_unique<KernelStepRunner>(
+      reference ? kernels::make_reference_step_kernels(shape)
+                : kernels::make_flashinfer_step_kernels(shape, store().dtype(), device),
+      std::move(recorder), std::move(sizes), kv_pool_, c.max_position_embeddings, c.vocab_size,
+      device);
 }
 
 // ---- forward -------------------------------------------------------------------------------
@@ -85,6 +150,20 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                                bool all_positions) const {
   const auto& c = config();
+  // The kernel path takes every step without an adapter.
+  if (kernel_runner_ != nullptr &&
+      std::none_of(slices.begin(), slices.end(), [](const auto& s) { return s.lora != nullptr; })) {
+    std::shared_lock weights_lock(store().mutex());
+    std::vector<const void*> weights;
+    const std::size_t params = mapping().runtime_params().size();
+    weights.reserve(params);
+    for (std::size_t i = 0; i < params; ++i)
+      weights.push_back(store()[i].value.data_ptr());
+    return kernel_runner_->forward(
+        tokens, slices, all_positions, weights,
+        [this](const at::Tensor& ids, const kernels::KernelStepInputs& step,
+               const at::Tensor& returned) { return kernel_forward(ids, step, returned); });
+  }
   const StepInputs step(tokens, slices, all_positions, c, *kv_pool_, store().device(),
                         attention_limits_, &rope_);
   const SelfAttentionShape attention{heads_.heads, heads_.kv_heads, c.head_dim, attention_dtype_};
@@ -111,6 +190,47 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, std::vector<ForwardSlic
   // the collective timeout, before anyone reads the logits.
   finish_collectives();
   return out;
+}
+
+at::Tensor LlamaModel::kernel_forward(const at::Tensor& ids, const kernels::KernelStepInputs& step,
+                                      const at::Tensor& returned) const {
+  const auto& c = config();
+  kernels::StepKernels& k = kernel_runner_->kernels();
+  const std::int64_t n = step.rows, heads = heads_.heads, kv_heads = heads_.kv_heads;
+  const std::int64_t hd = c.head_dim;
+  auto weight = [&](std::size_t param) -> const at::Tensor& { return store()[param].value; };
+  // The residual stream, and the input of the next norm: each sublayer's output is added to the
+  // residual and normalized in one kernel.
+  at::Tensor residual = embed_tokens(blocks_, ids, embed_, vocab_, compute_dtype_);
+  at::Tensor x = k.rms_norm(residual, weight(layers_[0].input_norm));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerParams& p = layers_[static_cast<std::size_t>(l)];
+    if (l > 0) k.add_rms_norm(x, residual, weight(p.input_norm));
+    const SelfAttentionParams& a = p.attention;
+    at::Tensor qkv = linear_with_bias(blocks_, x, a.qkv, a.qkv_bias, no_lora_);
+    at::Tensor q = qkv.narrow(1, 0, heads * hd).reshape({n, heads, hd}).contiguous();
+    at::Tensor key =
+        qkv.narrow(1, heads * hd, kv_heads * hd).reshape({n, kv_heads, hd}).contiguous();
+    at::Tensor value = qkv.narrow(1, (heads + kv_heads) * hd, kv_heads * hd)
+                           .reshape({n, kv_heads, hd})
+                           .contiguous();
+    if (a.q_norm != kNoParam) {
+      q = k.rms_norm(q, weight(a.q_norm));
+      key = k.rms_norm(key, weight(a.k_norm));
+    }
+    k.rotate(q, key, step);
+    const at::Tensor& key_pages = kv_pool_->keys(l);
+    const at::Tensor& value_pages = kv_pool_->values(l);
+    k.append_kv(key, value, key_pages, value_pages, step);
+    at::Tensor attn = k.attention(q, key_pages, value_pages, step).reshape({n, heads * hd});
+    x = row_parallel(blocks_, attn, a.o, a.o_bias, no_lora_);
+    k.add_rms_norm(x, residual, weight(p.post_norm));
+    at::Tensor gate_up = linear_with_bias(blocks_, x, p.gate_up, kNoParam, no_lora_);
+    x = row_parallel(blocks_, k.silu_and_mul(gate_up), p.down, kNoParam, no_lora_);
+  }
+  k.add_rms_norm(x, residual, weight(final_norm_));
+  if (returned.defined()) x = x.index_select(0, returned);
+  return vocab_logits(blocks_, x, lm_head_, vocab_, c.vocab_size);
 }
 
 }  // namespace hotswap::model_loader

@@ -16,6 +16,7 @@
 
 #include "model_loader/architectures/llama_family.hpp"
 #include "model_loader/blocks/block_context.hpp"
+#include "model_loader/blocks/kernel_step_runner.hpp"
 #include "model_loader/blocks/rotary_embedding.hpp"
 #include "model_loader/blocks/self_attention.hpp"
 #include "model_loader/blocks/sparse_moe.hpp"
@@ -33,8 +34,17 @@ class LlamaModel final : public ServableRuntime {
   at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                      bool all_positions = false) const override;
   const KvBlockPool* kv_pool() const override { return kv_pool_.get(); }
+  std::string step_path() const override { return step_path_; }
+  // The GPU's step path (or its stand-in); null where every step takes libtorch's ops.
+  const KernelStepRunner* kernel_step_runner() const { return kernel_runner_.get(); }
 
  private:
+  // Picks the step path (options().step_kernels) and starts the kernel path where it is taken.
+  void choose_step_path();
+  // The layers over the step kernels: KernelStepRunner's Body.
+  at::Tensor kernel_forward(const at::Tensor& ids, const kernels::KernelStepInputs& step,
+                            const at::Tensor& returned) const;
+
   HeadSplit heads_;   // this rank's query and KV heads
   ShardRange vocab_;  // this rank's vocabulary rows of embed_tokens and lm_head
   c10::ScalarType compute_dtype_;
@@ -56,6 +66,9 @@ class LlamaModel final : public ServableRuntime {
   };
   std::vector<LayerParams> layers_;
   std::size_t embed_, final_norm_, lm_head_;
+  std::unique_ptr<KernelStepRunner> kernel_runner_;
+  std::string step_path_ = "libtorch";
+  LoraBatch no_lora_;  // the kernel path's steps have no adapter
 };
 
 }  // namespace hotswap::model_loader

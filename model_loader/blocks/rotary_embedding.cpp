@@ -52,6 +52,12 @@ RotaryEmbedding::Tables RotaryEmbedding::tables(const at::Tensor& positions) con
           angles.sin().to(compute_dtype_).unsqueeze(1)};
 }
 
+at::Tensor RotaryEmbedding::cos_sin_table(std::int64_t max_position) const {
+  at::Tensor positions = at::arange(max_position, inv_freq_.options().dtype(at::kLong));
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  return at::cat({freqs.cos(), freqs.sin()}, -1).contiguous();
+}
+
 at::Tensor RotaryEmbedding::rotate(const at::Tensor& x, const Tables& tables) {
   return x * tables.cos + rotate_half(x) * tables.sin;
 }

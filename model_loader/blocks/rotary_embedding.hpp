@@ -21,6 +21,10 @@ class RotaryEmbedding {
   RotaryEmbedding(const ModelConfig& config, c10::Device device, c10::ScalarType compute_dtype);
 
   Tables tables(const at::Tensor& positions) const;
+  // Every position's angles below `max_position` as the GPU's rotary kernel reads them
+  // (StepKernelShape::cos_sin): float32 [max_position, head_dim], the cos of each frequency, then
+  // its sin.
+  at::Tensor cos_sin_table(std::int64_t max_position) const;
   // x [N, heads, head_dim] rotated by the tables: x cos + rotate_half(x) sin.
   static at::Tensor rotate(const at::Tensor& x, const Tables& tables);
 
