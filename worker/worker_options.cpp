@@ -113,6 +113,16 @@ WorkerOptions WorkerOptions::parse(int argc, char** argv) {
                  "(as vLLM's flag; ignored with --kv-cache-memory-bytes)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--attention-backend", o.attention_backend,
+                 "on a GPU: FLASHINFER (its kernels, or a refusal naming why they cannot run the "
+                 "model) or TORCH (libtorch's ops); unset, FlashInfer's where they can")
+      ->check(CLI::IsMember({"FLASHINFER", "TORCH"}));
+  app.add_option("--cuda-graph-sizes", o.cuda_graph_sizes,
+                 "batch sizes decode steps are captured at as CUDA graphs (as vLLM's flag); "
+                 "unset: 1, 2, 4, every multiple of 8 to 256, of 16 after, up to --max-num-seqs")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 16));
+  app.add_flag("--enforce-eager", o.enforce_eager,
+               "no CUDA graphs: every step launches its kernels eagerly (as vLLM's flag)");
   app.add_option("--http-threads", o.http_threads,
                  "HTTP requests handled at once; a streaming or waiting request holds one (idle "
                  "and slow connections hold none)")
@@ -202,6 +212,13 @@ model_loader::ModelOptions model_options_for(const WorkerOptions& o) {
         o.gpu_memory_utilization, static_cast<std::int64_t>(o.max_num_batched_tokens),
         static_cast<std::int64_t>(o.max_num_seqs)};
   }
+  using model_loader::AttentionBackend;
+  m.step_kernels.backend = o.attention_backend == "FLASHINFER" ? AttentionBackend::kFlashInfer
+                           : o.attention_backend == "TORCH"    ? AttentionBackend::kTorch
+                                                               : AttentionBackend::kAuto;
+  m.step_kernels.cuda_graph_sizes = o.cuda_graph_sizes;
+  m.step_kernels.enforce_eager = o.enforce_eager;
+  m.step_kernels.max_num_seqs = static_cast<std::int64_t>(o.max_num_seqs);
   return m;
 }
 

@@ -59,6 +59,12 @@ struct WorkerOptions {
   // On a GPU: the fraction of the device this worker budgets (vLLM's flag); the KV cache takes
   // what the weights, a staged shadow and a step's activations leave of it.
   double gpu_memory_utilization = 0.9;
+  // How a step runs on a GPU (vLLM's flags): the kernels (--attention-backend: empty picks
+  // FlashInfer's where they can run the model), the batch sizes decode steps are captured at as
+  // CUDA graphs (empty: vLLM's default list), and none at all (--enforce-eager).
+  std::string attention_backend;
+  std::vector<std::int64_t> cuda_graph_sizes;
+  bool enforce_eager = false;
   std::size_t http_threads = 128;  // HTTP requests handled at once (a stream holds one)
   // Deadlines for an HTTP request's header (an idle kept-alive connection's wait included) and
   // for its body, however slowly the bytes arrive.

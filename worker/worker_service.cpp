@@ -176,6 +176,7 @@ std::string WorkerService::describe() const {
     out << ", " << pool->budget() << ": " << pool->max_blocks() << " blocks of "
         << pool->block_size();
   }
+  out << ", steps: " << model_->step_path();
   return out.str();
 }
 

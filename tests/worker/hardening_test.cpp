@@ -402,6 +402,26 @@ BOOST_FIXTURE_TEST_CASE(a_device_this_build_cannot_use_is_one_line, Fixture) {
   BOOST_TEST(out.find("Exception raised from") == std::string::npos, out);
 }
 
+// FlashInfer's kernels asked for where they cannot run (here: a float32 model on the CPU): one
+// line naming why, before the worker serves.
+BOOST_FIXTURE_TEST_CASE(kernels_that_cannot_run_the_model_are_refused_at_start, Fixture) {
+  transport::ChildProcess child(HOTSWAP_WORKER_BINARY,
+                                {"--model", ckpt.dir.path.string(), "--attention-backend",
+                                 "FLASHINFER", "--control", "tcp://127.0.0.1:*"});
+  auto status = child.wait_exit(30s);
+  while (child.read_output(0ms)) {
+  }
+  BOOST_REQUIRE_MESSAGE(status.has_value(), "--attention-backend FLASHINFER must be refused");
+  BOOST_TEST(*status != 0);
+  const std::string& out = child.output();
+  BOOST_TEST(
+      out.find("--attention-backend FLASHINFER cannot run this model: ") != std::string::npos, out);
+  BOOST_TEST(std::count(out.begin(), out.end(), '\n') == 1, out);
+  // Unset, the worker serves, on libtorch's ops, and says so.
+  auto worker = start();
+  BOOST_TEST(worker->wait_for_output("steps: libtorch", 5s), worker->output());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(http_guards)
