@@ -304,6 +304,7 @@ gpu_suite hotswap_transport_tests nccl_communicator 1 90
 gpu_suite hotswap_gpu_tests generation_gpu 1 150
 gpu_suite hotswap_gpu_tests ipc_gpu 1 150
 gpu_suite hotswap_gpu_tests kernels_gpu 1 120
+gpu_suite hotswap_gpu_tests kernel_path_gpu 1 120
 if [[ $mode == full ]]; then
   gpu_suite hotswap_transport_tests nccl_communicator_two_gpus 2 300
   for suite in nccl_gpu tensor_parallel_gpu; do
