@@ -23,7 +23,7 @@ struct GpuMemoryShares {
   std::uint64_t weights = 0;        // this model's runtime tensors (already allocated)
   std::uint64_t staged_shadow = 0;  // a staged update's copy of them (0 in place)
   std::uint64_t activations = 0;    // a step's temporaries at their largest (an estimate)
-  std::uint64_t cuda_graphs = 0;    // the decode graphs' memory pool (an estimate)
+  std::uint64_t cuda_graphs = 0;    // the GPU step path's graph pool and workspaces (estimated)
 };
 
 struct KvCacheBudget {

@@ -48,7 +48,8 @@ ServableRuntime::ServableRuntime(ModelConfig config, ModelOptions options, Mappi
   at::set_num_threads(std::max(1, cores / tp_.size));
 }
 
-std::shared_ptr<KvBlockPool> ServableRuntime::make_kv_pool(const KvBlockShape& shape) const {
+std::shared_ptr<KvBlockPool> ServableRuntime::make_kv_pool(const KvBlockShape& shape,
+                                                           std::uint64_t kernel_path_bytes) const {
   auto blocks = [&](std::uint64_t bytes) {
     return static_cast<std::int64_t>(bytes / std::max<std::uint64_t>(1, shape.block_bytes()));
   };
@@ -68,8 +69,7 @@ std::shared_ptr<KvBlockPool> ServableRuntime::make_kv_pool(const KvBlockShape& s
   shares.activations = estimate_step_activation_bytes(
       config_, sizing.max_num_batched_tokens, sizing.max_num_seqs,
       static_cast<std::int64_t>(c10::elementSize(shape.options.dtype().toScalarType())));
-  // No decode graphs are captured yet: their pool is not set aside.
-  shares.cuda_graphs = 0;
+  shares.cuda_graphs = kernel_path_bytes;
   const std::uint64_t one_sequence =
       static_cast<std::uint64_t>((config_.max_position_embeddings + shape.block_size - 1) /
                                  shape.block_size) *

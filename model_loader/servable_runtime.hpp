@@ -69,7 +69,10 @@ class ServableRuntime : public ServableModel {
   // allocated as sequences grow), or on a GPU with options().gpu_kv_cache within what vLLM's
   // budget leaves once the weights are allocated, all of it allocated now (a ValueError naming
   // every share when that cannot hold one sequence of the context length).
-  std::shared_ptr<KvBlockPool> make_kv_pool(const KvBlockShape& shape) const;
+  // `kernel_path_bytes`: what the GPU step path holds on the device besides (its graphs' pool,
+  // workspaces and tables: KernelStepRunner::device_bytes), set aside by that budget.
+  std::shared_ptr<KvBlockPool> make_kv_pool(const KvBlockShape& shape,
+                                            std::uint64_t kernel_path_bytes = 0) const;
   const TensorParallelRank& tp() const { return tp_; }  // this rank of the tensor-parallel group
   const WeightMapping& mapping() const { return mapping_; }
   const ParameterStore& store() const { return store_; }

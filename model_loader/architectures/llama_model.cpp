@@ -49,11 +49,17 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
   attention_limits_.head_dim = this->config().head_dim;
   attention_limits_.element_size = static_cast<std::int64_t>(c10::elementSize(attention_dtype_));
   // The paged KV cache, in the compute dtype, this rank's KV heads; its budget in blocks is the
-  // same on every rank (each holds the same number of heads), so the ranks run out together.
+  // same on every rank (each holds the same number of heads), so the ranks run out together. On
+  // a GPU it gets what the step path leaves.
   KvBlockShape kv{this->config().num_hidden_layers, heads_.kv_heads, this->config().head_dim,
                   this->options().kv_block_size,
                   at::TensorOptions().dtype(compute_dtype_).device(store().device())};
-  kv_pool_ = make_kv_pool(kv);
+  const bool kernel_path = choose_step_path();
+  kv_pool_ = make_kv_pool(kv, kernel_path
+                                  ? KernelStepRunner::device_bytes(
+                                        this->config(), graph_sizes(),
+                                        static_cast<std::int64_t>(c10::elementSize(compute_dtype_)))
+                                  : 0);
 
   const ModelConfig& c = this->config();
   auto index = [&](const std::string& name) { return param(name); };
@@ -83,46 +89,60 @@ LlamaModel::LlamaModel(ModelConfig config, ModelOptions options)
                     .w2 = optional(block + "experts.w2_weight", moe)},
     });
   }
-  choose_step_path();
+  if (kernel_path) start_kernel_path();
 }
 
-void LlamaModel::choose_step_path() {
-  const auto& o = options().step_kernels;
+kernels::StepKernelShape LlamaModel::kernel_shape() const {
   const ModelConfig& c = config();
+  return {.q_heads = heads_.heads,
+          .kv_heads = heads_.kv_heads,
+          .head_dim = c.head_dim,
+          .block_size = options().kv_block_size,
+          .sliding_window = c.sliding_window,
+          .eps = c.rms_norm_eps,
+          .cos_sin = {}};
+}
+
+kernels::CudaGraphSizes LlamaModel::graph_sizes() const {
+  const auto& o = options().step_kernels;
+  return kernels::CudaGraphSizes(o.cuda_graph_sizes, o.max_num_seqs, o.enforce_eager);
+}
+
+bool LlamaModel::choose_step_path() {
+  const auto& o = options().step_kernels;
   const c10::Device device = store().device();
   if (o.backend == AttentionBackend::kTorch) {
     step_path_ = "libtorch (--attention-backend TORCH)";
-    return;
+    return false;
   }
-  kernels::StepKernelShape shape{.q_heads = heads_.heads,
-                                 .kv_heads = heads_.kv_heads,
-                                 .head_dim = c.head_dim,
-                                 .block_size = kv_pool_->block_size(),
-                                 .sliding_window = c.sliding_window,
-                                 .eps = c.rms_norm_eps,
-                                 .cos_sin = {}};
   // Why the kernels cannot take this model's steps; nullopt: they can.
   std::optional<std::string> why;
   if (tp().size > 1) {
     why = "tensor-parallel steps run libtorch's ops";
-  } else if (c.num_experts > 0) {
+  } else if (config().num_experts > 0) {
     why = "mixture-of-experts layers run libtorch's ops";
   } else if (store().quantize_int8()) {
     why = "int8 weights run libtorch's ops";
   } else if (o.backend != AttentionBackend::kReference) {
-    why = kernels::flashinfer_refusal(shape, store().dtype(), device);
+    why = kernels::flashinfer_refusal(kernel_shape(), store().dtype(), device);
   }
-  if (why) {
-    if (o.backend == AttentionBackend::kFlashInfer) {
-      throw protocol::ValueError("--attention-backend FLASHINFER cannot run this model: " + *why);
-    }
-    // On a CPU that is the only path; on a GPU, say why it is not the kernels'.
-    step_path_ = device.is_cuda() ? "libtorch (" + *why + ")" : "libtorch";
-    return;
+  if (!why) return true;
+  if (o.backend == AttentionBackend::kFlashInfer) {
+    throw protocol::ValueError("--attention-backend FLASHINFER cannot run this model: " + *why);
   }
+  // On a CPU that is the only path; on a GPU, say why it is not the kernels'.
+  step_path_ = device.is_cuda() ? "libtorch (" + *why + ")" : "libtorch";
+  return false;
+}
+
+void LlamaModel::start_kernel_path() {
+  const auto& o = options().step_kernels;
+  const ModelConfig& c = config();
+  const c10::Device device = store().device();
+  kernels::StepKernelShape shape = kernel_shape();
   shape.cos_sin = rope_.cos_sin_table(c.max_position_embeddings);
   const bool reference = o.backend == AttentionBackend::kReference;
-  kernels::CudaGraphSizes sizes(o.cuda_graph_sizes, o.max_num_seqs, o.enforce_eager);
+  kernels::CudaGraphSizes sizes = graph_sizes();
   std::shared_ptr<kernels::GraphRecorder> recorder;
   if (!sizes.empty()) {
     recorder = reference ? std::shared_ptr<kernels::GraphRecorder>(

@@ -39,8 +39,12 @@ class LlamaModel final : public ServableRuntime {
   const KernelStepRunner* kernel_step_runner() const { return kernel_runner_.get(); }
 
  private:
-  // Picks the step path (options().step_kernels) and starts the kernel path where it is taken.
-  void choose_step_path();
+  // Whether the kernel path takes this model's steps (options().step_kernels); where it does
+  // not, step_path_ says why, and where it was required, a ValueError does.
+  bool choose_step_path();
+  void start_kernel_path();                       // after the KV pool
+  kernels::StepKernelShape kernel_shape() const;  // without its rotary table
+  kernels::CudaGraphSizes graph_sizes() const;
   // The layers over the step kernels: KernelStepRunner's Body.
   at::Tensor kernel_forward(const at::Tensor& ids, const kernels::KernelStepInputs& step,
                             const at::Tensor& returned) const;

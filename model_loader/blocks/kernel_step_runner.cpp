@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model_loader/kernels/flashinfer_kernels.hpp"
+#include "model_loader/kv_cache_budget.hpp"
+
 namespace hotswap::model_loader {
 
 KernelStepRunner::KernelStepRunner(std::unique_ptr<kernels::StepKernels> kernels,
@@ -23,6 +26,20 @@ KernelStepRunner::KernelStepRunner(std::unique_ptr<kernels::StepKernels> kernels
     graphs_ = std::make_unique<kernels::DecodeGraphCache>(std::move(sizes), std::move(recorder));
     pool_->reserve(scratch_, 1);  // one block, held for as long as the graphs may pad
   }
+}
+
+std::uint64_t KernelStepRunner::device_bytes(const ModelConfig& config,
+                                             const kernels::CudaGraphSizes& sizes,
+                                             std::int64_t element_size) {
+  std::uint64_t bytes =
+      kernels::kAttentionFloatWorkspaceBytes + kernels::kAttentionIntWorkspaceBytes +
+      static_cast<std::uint64_t>(config.max_position_embeddings * config.head_dim) * 4;
+  if (!sizes.empty()) {
+    const std::int64_t rows = sizes.sizes().back();
+    bytes += estimate_step_activation_bytes(config, rows, rows, element_size) +
+             static_cast<std::uint64_t>(rows * config.vocab_size) * 4;
+  }
+  return bytes;
 }
 
 KernelStepRunner::~KernelStepRunner() {

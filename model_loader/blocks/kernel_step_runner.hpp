@@ -51,6 +51,13 @@ class KernelStepRunner {
   KernelStepRunner(const KernelStepRunner&) = delete;
   KernelStepRunner& operator=(const KernelStepRunner&) = delete;
 
+  // What the path holds on the device besides the weights and the KV cache, for its memory
+  // budget: the graphs' shared pool (a step's temporaries at the largest size: graphs captured
+  // into one pool reuse each other's memory), the attention's workspaces, the rotary table, and
+  // the graphs' logits and metadata buffers; `element_size`: the activations'.
+  static std::uint64_t device_bytes(const ModelConfig& config, const kernels::CudaGraphSizes& sizes,
+                                    std::int64_t element_size);
+
   kernels::StepKernels& kernels() const { return *kernels_; }
 
   // ServableModel::forward over `body`; `weights`: where every weight the body reads lives now

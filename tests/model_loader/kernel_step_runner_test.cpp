@@ -13,6 +13,7 @@
 #include "model_loader/generation.hpp"
 #include "model_loader/kernels/flashinfer_kernels.hpp"
 #include "model_loader/kernels/step_kernels.hpp"
+#include "model_loader/kv_cache_budget.hpp"
 #include "model_test_support.hpp"
 #include "protocol/errors.hpp"
 
@@ -159,6 +160,20 @@ BOOST_AUTO_TEST_CASE(a_staged_commit_switches_graph_sets_and_serves_the_new_weig
   BOOST_TEST(same(tokens(*kernels), tokens(*libtorch)));
   BOOST_TEST(graphs.captures() == captures_on_second);
   BOOST_TEST(graphs.storage_sets() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(the_memory_budget_sets_aside_the_graphs_pool_and_the_workspaces) {
+  const auto c = testing::tiny_config(architectures::kLlama);
+  using model_loader::kernels::CudaGraphSizes;
+  // Eager: the attention's workspaces (136 MiB) and the rotary table (64 positions x 8 x 4 B).
+  const std::uint64_t eager =
+      model_loader::KernelStepRunner::device_bytes(c, CudaGraphSizes({}, 8, true), 2);
+  BOOST_TEST(eager == (std::uint64_t{136} << 20) + 64 * 8 * 4);
+  // With graphs up to 8 rows: a step of 8 rows' temporaries, and 8 rows of float32 logits.
+  const std::uint64_t graphed =
+      model_loader::KernelStepRunner::device_bytes(c, CudaGraphSizes({1, 2, 8}, 8, false), 2);
+  BOOST_TEST(graphed ==
+             eager + model_loader::estimate_step_activation_bytes(c, 8, 8, 2) + 8 * 64 * 4);
 }
 
 BOOST_AUTO_TEST_CASE(flashinfer_refuses_what_it_cannot_run_by_name) {
