@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "protocol/chunk_plan.hpp"
+#include "transport/arena_fence.hpp"
 #include "transport/byte_copy.hpp"
 #include "transport/torch_dtype.hpp"
 
@@ -112,6 +113,11 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
                                  arena_->name() + ", which holds " + std::to_string(size));
     }
   }
+  // The arena must hold this round's bytes from before the first copy to after the last
+  // (transport/arena_fence.hpp): a trainer that moved on fails the round, never mixes versions.
+  const auto round = static_cast<std::uint64_t>(update_info.first_sequence);
+  const auto fence = transport::ArenaFence::check_before(arena_->payload(), arena_->payload_size(),
+                                                         round, arena_->name());
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!update_info.in_arena(i)) continue;
     // Offsets are aligned for their dtype (protocol checked): a view, copied once by the model.
@@ -121,6 +127,8 @@ void ShmWeightTransferEngine::load_from_arena(const protocol::ShmUpdateInfo& upd
     arena_->check_intact();  // zeros read from a shrunk arena are never weights
     add_bytes_received(p.nbytes());
   }
+  transport::ArenaFence::check_after(arena_->payload(), arena_->payload_size(), fence, round,
+                                     arena_->name());
 }
 
 void ShmWeightTransferEngine::receive_slice(std::uint64_t sequence,

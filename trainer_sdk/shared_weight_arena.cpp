@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "protocol/errors.hpp"
+#include "transport/arena_fence.hpp"
 #include "transport/torch_dtype.hpp"
 
 namespace hotswap::trainer_sdk {
@@ -24,8 +25,24 @@ SharedWeightArena::SharedWeightArena(std::size_t capacity_bytes) {
   static std::atomic<int> instances{0};
   const std::string name =
       "/hotswap-" + std::to_string(::getpid()) + "-arena-" + std::to_string(instances++);
-  segment_ = std::make_shared<transport::ShmSegment>(transport::ShmSegment::create(
-      name, transport::ShmKind::kWeightArena, aligned(capacity_bytes)));
+  // The fence first (transport/arena_fence.hpp), then the tensors.
+  segment_ = std::make_shared<transport::ShmSegment>(
+      transport::ShmSegment::create(name, transport::ShmKind::kWeightArena,
+                                    transport::ArenaFence::kBytes + aligned(capacity_bytes)));
+  transport::ArenaFence::format(segment_->payload());
+  used_ = transport::ArenaFence::kBytes;
+}
+
+std::size_t SharedWeightArena::capacity() const {
+  return segment_->payload_size() - transport::ArenaFence::kBytes;
+}
+
+std::size_t SharedWeightArena::used() const {
+  return used_ - transport::ArenaFence::kBytes;
+}
+
+std::uint8_t* SharedWeightArena::fence() const {
+  return segment_->payload();
 }
 
 std::size_t SharedWeightArena::bytes_for(std::span<const protocol::ParamMeta> params) {
@@ -43,9 +60,9 @@ at::Tensor SharedWeightArena::allocate(const std::string& name, at::IntArrayRef 
   }
   protocol::ParamMeta meta{name, transport::from_scalar_type(dtype), shape.vec()};
   const std::size_t bytes = meta.nbytes();
-  if (used_ + bytes > capacity()) {
+  if (used() + bytes > capacity()) {
     throw protocol::ValueError("the shared weight arena " + this->name() + " has " +
-                               std::to_string(capacity() - used_) + " bytes left, '" + name +
+                               std::to_string(capacity() - used()) + " bytes left, '" + name +
                                "' needs " + std::to_string(bytes));
   }
   // The deleter holds the mapping: a tensor outliving the arena object still reads valid memory.

@@ -7,7 +7,8 @@
 // them in place, and hands the arena to ShmTrainerInitInfo::arena. Each round, a tensor the
 // source yields by a name registered here travels as an offset; the rest go through the buffers.
 // The tensors keep the mapping alive, and the segment's name is unlinked once the arena and all
-// its tensors are gone (or by a worker that outlives a trainer that died).
+// its tensors are gone (or by a worker that outlives a trainer that died). The data area starts
+// with the arena's fence: the round whose bytes workers may read (transport/arena_fence.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,12 +51,15 @@ class SharedWeightArena {
   bool holds(const std::string& name, const at::Tensor& tensor) const;
 
   const std::string& name() const { return segment_->name(); }
-  std::size_t capacity() const { return segment_->payload_size(); }
-  std::size_t used() const { return used_; }
+  std::size_t capacity() const;  // bytes for tensors
+  std::size_t used() const;      // of those, alignment included
+  // The arena's fence (transport/arena_fence.hpp): its first bytes, before any tensor (whose
+  // offsets count from the start of the data area, fence included).
+  std::uint8_t* fence() const;
 
  private:
   std::shared_ptr<transport::ShmSegment> segment_;
-  std::size_t used_ = 0;
+  std::size_t used_ = 0;  // from the data area's start: the fence, then the tensors
   std::map<std::string, Entry> entries_;
 };
 

@@ -8,6 +8,7 @@
 #include "protocol/shm_info.hpp"
 #include "trainer_sdk/async_call.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
+#include "transport/arena_fence.hpp"
 
 namespace hotswap::trainer_sdk {
 
@@ -75,6 +76,10 @@ void ShmTrainerEngine::send_weights() {
   next_sequence_ += plan.size();
 
   run_round(round_version(), [&] {
+    // The arena holds this round's bytes until the round ends, however it ends: a worker that
+    // reads it late then fails its round instead of loading the next one's bytes.
+    transport::FrozenArenaRound frozen(round.arena_offsets.empty() ? nullptr : info_.arena->fence(),
+                                       first_sequence);
     auto shared_client = client_shared();
     AsyncCall update([shared_client, update_info] { shared_client->update_weights(update_info); });
     update.rethrow_if_failed();

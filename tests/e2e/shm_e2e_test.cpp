@@ -22,6 +22,7 @@
 #include "trainer_sdk/shm_trainer_engine.hpp"
 #include "trainer_sdk/tensor_list_source.hpp"
 #include "trainer_sdk/weight_transfer_trainer_factory.hpp"
+#include "transport/arena_fence.hpp"
 #include "transport/shm_ring.hpp"
 #include "worker/worker_process.hpp"
 
@@ -315,7 +316,8 @@ BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything,
   protocol::write_param_lists(meta, update_info);
   update_info["first_sequence"] = 1;
   update_info["arena_offsets"] = offsets;
-  update_info["arena_offsets"].back() = 4096;  // at the very end of the 4096-byte arena
+  // At the very end of the arena's data area: its fence, then 4096 bytes.
+  update_info["arena_offsets"].back() = 4096 + transport::ArenaFence::kBytes;
 
   // Offsets without an arena at the handshake. A failed update ends the session.
   client->init_weight_transfer_engine(
@@ -330,9 +332,60 @@ BOOST_FIXTURE_TEST_CASE(the_worker_checks_arena_offsets_before_copying_anything,
                                        {"arena_name", arena.name()}});
   client->start_weight_update();
   HOTSWAP_CHECK_THROW_MSG(client->update_weights(update_info), protocol::Error,
-                          "the shared weight arena " + arena.name() + ", which holds 4096");
+                          "the shared weight arena " + arena.name() + ", which holds 4160");
   BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
   BOOST_TEST(client->call("health")["status"] == "ok");
+}
+
+// A worker reads an arena only while the trainer holds it frozen for the round it was asked to
+// read (transport/arena_fence.hpp): else the bytes may be the trainer's next ones, or half of
+// them. Driven by hand here, as a trainer that moved on would leave it.
+BOOST_FIXTURE_TEST_CASE(an_arena_not_frozen_for_the_round_is_refused_and_loses_nothing, Fixture) {
+  auto w = worker();
+  auto client = std::make_shared<trainer_sdk::ZmqWeightSyncClient>(w->endpoint(), 30s);
+  const auto before = client->call("weight_checker", {{"action", "checksum"}});
+  trainer_sdk::SharedWeightArena arena(1 << 20);
+  auto ring =
+      transport::ShmRing::create({"/hotswap-" + std::to_string(::getpid()) + "-fence"}, 64, 1);
+  nlohmann::json update_info = nlohmann::json::object();
+  std::vector<protocol::ParamMeta> meta;
+  std::vector<std::int64_t> offsets;
+  for (auto& [name, tensor] : new_ckpt.tensors()) {
+    arena.copy_in(name, tensor);
+    meta.push_back(trainer_sdk::param_meta_of(name, tensor));
+    offsets.push_back(arena.find(name)->offset);
+  }
+  protocol::write_param_lists(meta, update_info);
+  update_info["first_sequence"] = 7;
+  update_info["arena_offsets"] = offsets;
+  client->init_weight_transfer_engine({{"segment_names", ring.names()},
+                                       {"packed_buffer_size_bytes", 64},
+                                       {"arena_name", arena.name()}});
+  auto round = [&] {
+    client->start_weight_update();
+    client->update_weights(update_info);
+    client->finish_weight_update(std::nullopt);
+  };
+  // Released: the trainer's round ended (a late worker) and it may be training in place.
+  HOTSWAP_CHECK_THROW_MSG(round(), protocol::Error,
+                          "the shared weight arena " + arena.name() +
+                              " is released (the trainer may be writing it), not for this round "
+                              "(7): the trainer moved on");
+  BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
+  // Frozen for another round: the trainer began its next one.
+  {
+    transport::FrozenArenaRound next(arena.fence(), 9);
+    HOTSWAP_CHECK_THROW_MSG(round(), protocol::Error,
+                            "is frozen for round 9, not for this round (7)");
+  }
+  BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) == before);
+  BOOST_TEST(client->call("health")["status"] == "ok");
+  // Frozen for this one: read in place, the new weights.
+  {
+    transport::FrozenArenaRound frozen(arena.fence(), 7);
+    round();
+  }
+  BOOST_TEST(client->call("weight_checker", {{"action", "checksum"}}) != before);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_worker_clears_a_dead_trainers_segments_and_never_a_live_ones, Fixture) {

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "protocol/errors.hpp"
 #include "test_support.hpp"
+#include "transport/arena_fence.hpp"
 #include "transport/exception_text.hpp"
 #include "transport/posix_check.hpp"
 #include "transport/process_watch.hpp"
@@ -370,6 +372,41 @@ BOOST_AUTO_TEST_CASE(posix_errors_name_the_action_the_path_and_errno) {
                "cannot open /models/x/model-00002.safetensors: No such file or directory");
     BOOST_TEST(e.error() == ENOENT);
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(arena_fence)
+
+BOOST_AUTO_TEST_CASE(a_read_sees_the_round_and_any_change_during_it) {
+  using transport::ArenaFence;
+  alignas(64) std::array<std::uint8_t, 128> area{};
+  // Without the magic (an older trainer's arena, or a tensor at offset 0): no fence.
+  BOOST_TEST(!ArenaFence::read(area.data(), area.size()).has_value());
+  BOOST_TEST(!ArenaFence::check_before(area.data(), area.size(), 3, "/a").has_value());
+  ArenaFence::format(area.data());
+  BOOST_TEST(!ArenaFence::read(area.data(), 63).has_value());  // too small to hold one
+  HOTSWAP_CHECK_THROW_MSG(ArenaFence::check_before(area.data(), area.size(), 3, "/a"),
+                          protocol::TransferError,
+                          "the shared weight arena /a is released (the trainer may be writing "
+                          "it), not for this round (3)");
+  std::optional<ArenaFence::Stamp> before;
+  {
+    transport::FrozenArenaRound frozen(area.data(), 3);
+    before = ArenaFence::check_before(area.data(), area.size(), 3, "/a");
+    BOOST_REQUIRE(before.has_value());
+    BOOST_TEST(before->frozen_round == 3u);
+    ArenaFence::check_after(area.data(), area.size(), before, 3, "/a");  // nothing moved
+  }
+  // Released mid-read (the trainer's round timed out on a late worker), even if it then froze
+  // the same round number again: the change counter moved.
+  HOTSWAP_CHECK_THROW_MSG(ArenaFence::check_after(area.data(), area.size(), before, 3, "/a"),
+                          protocol::TransferError,
+                          "the shared weight arena /a changed while this worker read round 3 "
+                          "from it (now released");
+  ArenaFence::freeze(area.data(), 3);
+  HOTSWAP_CHECK_THROW_MSG(ArenaFence::check_after(area.data(), area.size(), before, 3, "/a"),
+                          protocol::TransferError, "(now frozen for round 3)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
