@@ -19,12 +19,11 @@
 
 #include <cstring>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "bench/bench_support.hpp"
+#include "bench/round_split.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/generation.hpp"
 #include "model_loader/servable_model.hpp"
@@ -117,53 +116,6 @@ std::vector<double> decode_tokens_per_second(const fs::path& model_dir, int batc
   return rates;
 }
 
-// The trainer's side of each of the four calls, timed: a sync's time splits into the worker's
-// answers (start, update: the opens and copies; finish: the unmaps and the commit) and what the
-// trainer does between them (exports, packing, waiting for its own stream). Only for engines
-// that wait on each call before going on (ipc): a broadcast engine's update call runs beside
-// its broadcast, so its time holds the transfer's.
-class TimedClient : public trainer_sdk::WeightSyncClient {
- public:
-  explicit TimedClient(std::shared_ptr<trainer_sdk::WeightSyncClient> inner)
-      : inner_(std::move(inner)) {}
-
-  void init_weight_transfer_engine(const nlohmann::json& init_info) override {
-    inner_->init_weight_transfer_engine(init_info);
-  }
-  void start_weight_update() override {
-    timed("start", [&] { inner_->start_weight_update(); });
-  }
-  void update_weights(const nlohmann::json& update_info) override {
-    timed("update", [&] { inner_->update_weights(update_info); });
-  }
-  void finish_weight_update(const std::optional<std::string>& weight_version) override {
-    timed("finish", [&] { inner_->finish_weight_update(weight_version); });
-  }
-  WorkerDigests checkpoint_checksums() override { return inner_->checkpoint_checksums(); }
-  void shutdown_weight_transfer_engine() override { inner_->shutdown_weight_transfer_engine(); }
-  void abort_and_shutdown_weight_transfer_engine() override {
-    inner_->abort_and_shutdown_weight_transfer_engine();
-  }
-
-  // Seconds in each call since the last take, by call; cleared.
-  std::map<std::string, double> take() {
-    std::lock_guard lock(mutex_);
-    return std::exchange(seconds_, {});
-  }
-
- private:
-  template <class Call>
-  void timed(const std::string& name, Call call) {
-    auto t = Clock::now();
-    call();
-    std::lock_guard lock(mutex_);  // an engine may call from a thread of its own
-    seconds_[name] += since(t);
-  }
-  std::shared_ptr<trainer_sdk::WeightSyncClient> inner_;
-  std::mutex mutex_;
-  std::map<std::string, double> seconds_;
-};
-
 struct Run {
   std::uint64_t bytes;
   std::string size;
@@ -186,12 +138,12 @@ std::vector<double> sync_seconds(
        "tcp://127.0.0.1:*", "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}",
        "--timeout", "600"});
   std::string endpoint = worker::wait_until_ready(worker, std::chrono::seconds(600));
-  auto client = std::make_shared<TimedClient>(
+  auto client = std::make_shared<bench::TimedClient>(
       std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600)));
   auto engine = make_engine(client, std::make_shared<trainer_sdk::TensorListSource>(run.tensors));
   engine->send_weights();
   std::vector<double> seconds;
-  std::map<std::string, std::vector<double>> calls;  // each call's ms, by round
+  bench::RoundSplit split;
   for (int i = 0; i < reps; ++i) {
     between();
     HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
@@ -199,24 +151,11 @@ std::vector<double> sync_seconds(
     auto t = Clock::now();
     engine->send_weights();
     seconds.push_back(since(t));
-    double in_calls = 0;
-    for (const auto& [name, s] : client->take()) {
-      calls[name].push_back(s * 1e3);
-      in_calls += s;
-    }
-    calls["trainer"].push_back((seconds.back() - in_calls) * 1e3);
+    split.add(*client, seconds.back());
   }
-  // Where a round's time goes, as the trainer sees it: the median ms of each part. Not for the
-  // broadcast engines, whose update call overlaps their own work.
-  if (backend == "ipc") {
-    for (const auto& [name, ms] : calls) {
-      const auto part = bench::spread_of(ms);
-      bench::report("gpu_sync",
-                    "model " + run.size + ": " + backend + what + " round, " +
-                        (name == "trainer" ? "trainer between calls" : name + " call"),
-                    part.median, "ms", {{"spread", part.to_json()}});
-    }
-  }
+  // Where a round's time goes, as the trainer sees it. Not for the broadcast engines, whose
+  // update call overlaps their own work.
+  if (backend == "ipc") split.report("gpu_sync", "model " + run.size + ": " + backend + what);
   engine->shutdown();
   worker.stop();
   return seconds;

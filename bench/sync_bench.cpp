@@ -7,8 +7,9 @@
 // right after it, so both see the same machine state; the figure is the median with its range
 // and the ratio of the medians. Also the worker's peak RSS during a staged update, against
 // model + shadow + buffers + 10 % + the runtime's own resident set (its libraries' code, and the
-// heap an idle worker holds). Prints a table and one JSON line per figure (`--json`: the JSON
-// lines only).
+// heap an idle worker holds), and where a round's time goes (bench/round_split.hpp: each call's
+// time and the trainer's between them). Prints a table and one JSON line per figure (`--json`:
+// the JSON lines only).
 //
 // Usage: hotswap-bench [--large] [--size GB]... [--reps N] [--only VARIANT]... [--json]
 //        (--size: just models of those sizes; --only shm, shm+arena, gloo, "gloo unpacked" or
@@ -32,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_support.hpp"
+#include "bench/round_split.hpp"
 #include "model_loader/checkpoint.hpp"
 #include "model_loader/synthetic_checkpoint.hpp"
 #include "trainer_sdk/broadcast_trainer_engine.hpp"
@@ -229,8 +231,8 @@ int run(int argc, char** argv) {
           {"--model", (work / "model").string(), "--control", "tcp://127.0.0.1:*",
            "--weight-transfer-config", "{\"backend\": \"" + backend + "\"}", "--timeout", "600"});
       std::string endpoint = worker::wait_until_ready(worker, std::chrono::seconds(120));
-      auto client =
-          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600));
+      auto client = std::make_shared<bench::TimedClient>(
+          std::make_shared<trainer_sdk::ZmqWeightSyncClient>(endpoint, std::chrono::seconds(600)));
       std::unique_ptr<trainer_sdk::TrainerWeightTransferEngine> engine;
       std::uint64_t buffers = 0;  // what the worker maps besides the model and its shadow
       if (backend == "shm") {
@@ -263,17 +265,22 @@ int run(int argc, char** argv) {
       // The first round faults in the shadow and buffer pages; the steady state comes after.
       engine->send_weights();
       std::vector<double> limits, syncs, pair_limits;
+      bench::RoundSplit split;
       const bool ring = backend == "shm" && label != "shm+arena";
       for (int rep = 0; rep < reps; ++rep) {
         const double limit_seconds =
             backend == "shm" ? memcpy_seconds(bytes) : raw_gloo_seconds(bytes);
         limits.push_back(bytes / limit_seconds / 1e9);
         if (ring) pair_limits.push_back(bytes / concurrent_memcpys_seconds(bytes) / 1e9);
+        client->take();
         auto t = Clock::now();
         engine->send_weights();
-        syncs.push_back(bytes / since(t) / 1e9);
+        const double seconds = since(t);
+        syncs.push_back(bytes / seconds / 1e9);
+        split.add(*client, seconds);
       }
       json extra = {{"bytes", bytes}, {"backend", backend}, {"variant", label}};
+      split.report("sync", "model " + size + ": " + label, extra);
       if (backend == "shm") {
         // Time over one memcpy's time: target ≤ 1.25 through the ring, ≤ 1.0 with the arena.
         bench::report_against_limit("sync", "model " + size + ": full sync over " + label, syncs,
