@@ -6,8 +6,12 @@
 //         worker process on the same GPU, against one device-to-device copy of the same bytes
 //         (target: within 2× its time). Each round (--reps N, 3 by default, after a warm-up
 //         round) follows a copy of its own: the figure is the median with its range;
-//   decode  greedy generation of that model on cuda:0 in this process, batch 1 and 8 (tokens/s,
-//         median of --reps runs of 64 new tokens each, with the range);
+//   decode  generation of that model on cuda:0 in this process, on its default step path (the
+//         GPU kernels and decode graphs): greedy tokens/s at batch 1, 8, 64 and 256 (median of
+//         --reps runs of 64 new tokens each, with the range), batch 1's token time against the
+//         time to read the weights once (target: within 2x), batch 64 over batch 1 (target:
+//         20x), the prefill and time to first token of a 1024-token prompt; and libtorch's path
+//         at batch 1 and 8 beside it;
 //   nccl  with two GPUs, packed, from GPU 0 into a worker on GPU 1, against a raw ncclBroadcast
 //         of the same bytes between the same GPUs (target: ≥ 0.9×). One GPU: a skip line.
 //
@@ -19,6 +23,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -91,29 +96,109 @@ double raw_nccl_seconds(std::size_t bytes) {
   return seconds;
 }
 
-// Greedy decode throughput of the model on cuda:0: `batch` prompts of 16 tokens, 64 new tokens
-// each, timed from submission to the last token (the CPU samples each step, as the worker does).
-std::vector<double> decode_tokens_per_second(const fs::path& model_dir, int batch, int reps) {
-  model_loader::ModelOptions options;
-  options.device = c10::Device(c10::kCUDA, 0);
-  auto model = model_loader::load_model(model_dir, options);
-  std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(batch));
-  for (int b = 0; b < batch; ++b)
-    for (int t = 0; t < 16; ++t)
-      prompts[static_cast<std::size_t>(b)].push_back((b * 131 + t * 17) % 1000 + 1);
-  model_loader::SamplingParams greedy;
-  greedy.temperature = 0;
-  greedy.max_tokens = 4;
-  model_loader::generate(*model, prompts, greedy);  // warm-up: kernels, allocator
-  greedy.max_tokens = 64;
-  std::vector<double> rates;
-  for (int i = 0; i < reps; ++i) {
+// Generation of the model on cuda:0 in this process, over one step path (`backend`): the model
+// loaded once, each figure the median of `reps` runs after a warm-up (which captures the decode
+// graphs a batch size needs).
+class DecodeBench {
+ public:
+  DecodeBench(const fs::path& model_dir, model_loader::AttentionBackend backend) {
+    model_loader::ModelOptions options;
+    options.device = c10::Device(c10::kCUDA, 0);
+    options.step_kernels.backend = backend;
+    model_ = model_loader::load_model(model_dir, options);
+  }
+  const model_loader::ServableModel& model() const { return *model_; }
+
+  // Greedy decode: `batch` prompts of 16 tokens, 64 new tokens each, timed from submission to
+  // the last token (the CPU samples each step, as the worker does). Tokens/s.
+  std::vector<double> decode(int batch, int reps) {
+    auto prompts = prompts_of(batch, 16);
+    run(prompts, 4);  // warm-up: kernels, allocator, this size's graph
+    std::vector<double> rates;
+    for (int i = 0; i < reps; ++i)
+      rates.push_back(batch * 64.0 / run(prompts, 64));
+    return rates;
+  }
+  // One prompt of `tokens` tokens and its first new token: the prefill, as a request's time to
+  // first token. Seconds.
+  std::vector<double> first_token(int tokens, int reps) {
+    auto prompts = prompts_of(1, tokens);
+    run(prompts, 1);
+    std::vector<double> seconds;
+    for (int i = 0; i < reps; ++i)
+      seconds.push_back(run(prompts, 1));
+    return seconds;
+  }
+
+ private:
+  static std::vector<std::vector<std::int64_t>> prompts_of(int batch, int tokens) {
+    std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(batch));
+    for (int b = 0; b < batch; ++b)
+      for (int t = 0; t < tokens; ++t)
+        prompts[static_cast<std::size_t>(b)].push_back((b * 131 + t * 17) % 1000 + 1);
+    return prompts;
+  }
+  double run(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t new_tokens) {
+    model_loader::SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.max_tokens = new_tokens;
     HOTSWAP_CUDA_CHECK(cudaDeviceSynchronize());
     auto t = Clock::now();
-    model_loader::generate(*model, prompts, greedy);
-    rates.push_back(batch * 64.0 / since(t));
+    model_loader::generate(*model_, prompts, greedy);
+    return since(t);
   }
-  return rates;
+  std::shared_ptr<model_loader::ServableModel> model_;
+};
+
+// Rollout figures on cuda:0, on the default step path (the kernels where they run the model):
+// tokens/s at batch 1, 8, 64 and 256; batch 1's time per token against the time to read the
+// model's bytes once (half of one device-to-device copy of them, which reads and writes each
+// byte: the decode's limit at batch 1, measured beside it); batch 64 over batch 1; prefill
+// tokens/s and the time to first token of a 1024-token prompt. Then libtorch's path at batch 1
+// and 8, and its token time against the same limit.
+void report_decode(const std::string& size, const fs::path& model_dir, std::uint64_t bytes,
+                   int reps) {
+  using model_loader::AttentionBackend;
+  for (auto backend : {AttentionBackend::kAuto, AttentionBackend::kTorch}) {
+    DecodeBench bench_run(model_dir, backend);
+    const std::string path = bench_run.model().step_path();
+    const std::string prefix = "model " + size + " on cuda:0, " +
+                               (backend == AttentionBackend::kAuto ? "default path" : "libtorch");
+    if (!bench::json_only()) std::printf("%s: steps: %s\n", prefix.c_str(), path.c_str());
+    // libtorch's path at batch 1 and 8 only, beside the kernels': it is the slow one, and the
+    // check's time is short.
+    const bool kernels = backend == AttentionBackend::kAuto;
+    const std::vector<int> batches =
+        kernels ? std::vector<int>{1, 8, 64, 256} : std::vector<int>{1, 8};
+    std::map<int, double> median;
+    for (int batch : batches) {
+      const auto rates = bench_run.decode(batch, reps);
+      median[batch] = bench::spread_of(rates).median;
+      bench::report_spread("gpu_decode", prefix + ": greedy decode, batch " + std::to_string(batch),
+                           rates, "tokens/s", {{"reps", reps}, {"step_path", path}});
+    }
+    DeviceCopy copy(bytes);
+    std::vector<double> reads;
+    for (int i = 0; i < reps; ++i)
+      reads.push_back(copy.seconds() / 2);
+    const double read = bench::spread_of(reads).median;
+    bench::report(
+        "gpu_decode", prefix + ": batch-1 token time / weight-read time", (1.0 / median[1]) / read,
+        "x", {{"weight_read_ms", read * 1e3}, {"token_ms", 1e3 / median[1]}, {"target", "<= 2"}});
+    if (!kernels) continue;
+    bench::report("gpu_decode", prefix + ": batch 64 / batch 1 tokens/s", median[64] / median[1],
+                  "x", {{"target", ">= 20"}});
+    const auto first = bench_run.first_token(1024, reps);
+    std::vector<double> prefill;
+    for (double s : first)
+      prefill.push_back(1024 / s);
+    bench::report_spread("gpu_decode", prefix + ": prefill of 1024 tokens", prefill, "tokens/s");
+    std::vector<double> ttft;
+    for (double s : first)
+      ttft.push_back(s * 1e3);
+    bench::report_spread("gpu_decode", prefix + ": time to first token, 1024-token prompt", ttft,
+                         "ms");
+  }
 }
 
 struct Run {
@@ -196,12 +281,7 @@ int run(int argc, char** argv) {
       out.push_back(run.bytes / s / 1e9);
     return out;
   };
-  for (int batch : {1, 8}) {
-    const auto rate = bench::spread_of(decode_tokens_per_second(run.model, batch, reps));
-    bench::report("gpu_decode",
-                  "model " + run.size + ": greedy decode on cuda:0, batch " + std::to_string(batch),
-                  rate.median, "tokens/s", {{"spread", rate.to_json()}, {"reps", reps}});
-  }
+  report_decode(run.size, run.model, run.bytes, reps);
   DeviceCopy copy(run.bytes);
   for (bool packed : {false, true}) {
     std::vector<double> limit;
