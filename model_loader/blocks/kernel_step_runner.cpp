@@ -49,6 +49,7 @@ KernelStepRunner::~KernelStepRunner() {
 at::Tensor KernelStepRunner::forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                                      bool all_positions, std::span<const void* const> weights,
                                      const Body& body) {
+  std::lock_guard lock(mutex_);
   const at::Tensor ids = checked_step_tokens(tokens, slices, vocab_size_);
   for (const auto& s : slices)
     pool_->reserve(*s.cache, s.num_tokens);

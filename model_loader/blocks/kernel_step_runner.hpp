@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -61,7 +62,8 @@ class KernelStepRunner {
   kernels::StepKernels& kernels() const { return *kernels_; }
 
   // ServableModel::forward over `body`; `weights`: where every weight the body reads lives now
-  // (the caller holds the weights' lock).
+  // (the caller holds the weights' lock). One step at a time: the plan, the graphs and their
+  // buffers serve every step.
   at::Tensor forward(const at::Tensor& tokens, std::vector<ForwardSlice>& slices,
                      bool all_positions, std::span<const void* const> weights, const Body& body);
 
@@ -89,6 +91,7 @@ class KernelStepRunner {
   at::Tensor device_image_;  // the metadata the graphs read
   at::Tensor logits_;        // [largest size, vocab] float32, what the graphs write
   kernels::KernelStepInputs decode_step_;
+  std::mutex mutex_;  // one step at a time
 };
 
 }  // namespace hotswap::model_loader

@@ -7,7 +7,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <ATen/ops/abs.h>
+#include <thread>
 
 #include "model_loader/architectures/llama_model.hpp"
 #include "model_loader/generation.hpp"
@@ -113,6 +113,23 @@ BOOST_AUTO_TEST_CASE(prefill_and_decode_logits_match_and_padding_changes_nothing
   const auto& graphs = graphs_of(*kernels);
   BOOST_TEST(graphs.captures() == 2u);  // sizes 2 and 1
   BOOST_TEST(graphs.eager_steps() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(steps_from_two_threads_take_turns_over_the_shared_buffers) {
+  CheckpointDir ckpt(testing::tiny_config(architectures::kLlama), 27);
+  auto libtorch = ckpt.load();
+  auto kernels = ckpt.load(reference_kernels());
+  const std::vector<std::vector<std::int64_t>> first = {kPrompt, {5, 4, 3}}, second = {{9, 8}};
+  const auto expected_first = model_loader::generate(*libtorch, first, greedy(12));
+  const auto expected_second = model_loader::generate(*libtorch, second, greedy(12));
+  // Each generation's decode steps replay graphs over the runner's one set of buffers.
+  std::vector<model_loader::GenerationResult> got_second;
+  std::thread other([&] { got_second = model_loader::generate(*kernels, second, greedy(12)); });
+  const auto got_first = model_loader::generate(*kernels, first, greedy(12));
+  other.join();
+  BOOST_TEST(got_first[0].token_ids == expected_first[0].token_ids);
+  BOOST_TEST(got_first[1].token_ids == expected_first[1].token_ids);
+  BOOST_TEST(got_second[0].token_ids == expected_second[0].token_ids);
 }
 
 BOOST_AUTO_TEST_CASE(decodes_past_the_largest_graph_run_eagerly) {
