@@ -109,7 +109,9 @@ at::Tensor KernelStepRunner::decode_with_graph(const at::Tensor& ids,
   const auto n = static_cast<std::int64_t>(slices.size());
   std::vector<kernels::DecodeRow> rows;
   rows.reserve(slices.size());
-  const auto* id = ids.data_ptr<std::int64_t>();
+  // The ids go into the host image: read where they are (the host, for every caller here).
+  const at::Tensor host_ids = ids.device().is_cpu() ? ids : ids.to(at::kCPU);
+  const auto* id = host_ids.data_ptr<std::int64_t>();
   for (std::size_t i = 0; i < slices.size(); ++i) {
     rows.push_back({static_cast<std::int32_t>(id[i]),
                     static_cast<std::int32_t>(slices[i].cache->length), slices[i].cache->blocks()});
