@@ -14,8 +14,12 @@
 // Every figure is taken in float32 and in bfloat16 (the checkpoint's dtype, which the peer
 // computes in too), unless --dtype picks one.
 //
+// With --device cuda:N the worker and the engine alone run on that GPU (on its step path: the
+// kernels and decode graphs for the bfloat16 checkpoint), where the streams-over-engine ratio is
+// held to 0.85x.
+//
 // Usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] [--dtype float32|bfloat16]...
-//                              [--json]
+//                              [--device cpu|cuda:N] [--json]
 #include <httplib.h>
 
 #include <algorithm>
@@ -76,7 +80,7 @@ double engine_alone(const model_loader::ServableModel& model,
 
 // One dtype's figures: its checkpoint, its worker, its repetitions. 0 when every stream came
 // back whole.
-int run(const std::string& dtype, int reps, int requests, int tokens) {
+int run(const std::string& dtype, int reps, int requests, int tokens, const std::string& device) {
   const fs::path work = fs::temp_directory_path() /
                         ("hotswap-serving-bench-" + std::to_string(::getpid()) + "-" + dtype);
   model_loader::ModelConfig config = bench::small_qwen2();
@@ -85,9 +89,10 @@ int run(const std::string& dtype, int reps, int requests, int tokens) {
   fs::copy_file(fs::path(HOTSWAP_GOLDEN_DIR) / "tokenizer/qwen2/tokenizer.json",
                 work / "tokenizer.json");
   const int port = transport::pick_free_port();
-  transport::ChildProcess process(bench::worker_binary(),
-                                  {"--model", work.string(), "--control", "tcp://127.0.0.1:*",
-                                   "--http-port", std::to_string(port), "--max-num-seqs", "64"});
+  transport::ChildProcess process(
+      bench::worker_binary(),
+      {"--model", work.string(), "--control", "tcp://127.0.0.1:*", "--http-port",
+       std::to_string(port), "--max-num-seqs", "64", "--device", device});
   worker::wait_until_ready(process, std::chrono::seconds(60));
 
   // The prompts as ids (every client and the peer see the same ones): 30-41 tokens of text.
@@ -106,7 +111,9 @@ int run(const std::string& dtype, int reps, int requests, int tokens) {
 
   // The engine alone runs in this process, on the worker's checkpoint and thread count (the
   // worker sits idle meanwhile).
-  const auto engine = model_loader::load_model(work);
+  model_loader::ModelOptions engine_options;
+  engine_options.device = c10::Device(device);
+  const auto engine = model_loader::load_model(work, engine_options);
   std::vector<double> concurrent, sequential, ttft_median, peer, alone;
   for (int rep = 0; rep < reps; ++rep) {
     // 64 streams at once, each on its own connection, read by one client thread (as vLLM's
@@ -149,8 +156,9 @@ int run(const std::string& dtype, int reps, int requests, int tokens) {
       peer.push_back(out->at("tokens_per_second").get<double>());
     }
   }
-  const json extra = {
-      {"requests", requests}, {"max_tokens", tokens}, {"model", "qwen2 4x256"}, {"dtype", dtype}};
+  const json extra = {{"requests", requests},   {"max_tokens", tokens},
+                      {"model", "qwen2 4x256"}, {"dtype", dtype},
+                      {"device", device},       {"step_path", engine->step_path()}};
   // float32's names are those the bench always printed; bfloat16's say so.
   auto named = [&](const std::string& what) {
     return dtype == "float32" ? what : what + ", " + dtype;
@@ -179,6 +187,7 @@ int run(const std::string& dtype, int reps, int requests, int tokens) {
 int main(int argc, char** argv) {
   int reps = 5, requests = 64, tokens = 32;
   std::vector<std::string> dtypes;
+  std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--reps" && i + 1 < argc) {
@@ -190,19 +199,21 @@ int main(int argc, char** argv) {
     } else if (arg == "--dtype" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "float32" || std::string(argv[i + 1]) == "bfloat16")) {
       dtypes.emplace_back(argv[++i]);
+    } else if (arg == "--device" && i + 1 < argc) {
+      device = argv[++i];
     } else if (arg == "--json") {
       bench::json_only() = true;
     } else {
       std::cerr << "hotswap_serving_bench: unknown argument '" << arg
                 << "' (usage: hotswap_serving_bench [--reps N] [--requests N] [--tokens N] "
-                   "[--dtype float32|bfloat16]... [--json])\n";
+                   "[--dtype float32|bfloat16]... [--device cpu|cuda:N] [--json])\n";
       return 2;
     }
   }
   if (dtypes.empty()) dtypes = {"float32", "bfloat16"};
   if (bench::peer_python() == nullptr) bench::say_peer_skipped();
   for (const auto& dtype : dtypes) {
-    if (int failed = run(dtype, reps, requests, tokens); failed != 0) return failed;
+    if (int failed = run(dtype, reps, requests, tokens, device); failed != 0) return failed;
   }
   return 0;
 }
