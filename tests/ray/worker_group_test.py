@@ -267,7 +267,6 @@ def check_driver_death(address, model, worker):
         print(group.infos()[0]["pid"], trainers.run("push")[0], flush=True)
         time.sleep(600)
         """)
-    before = set(glob.glob("/dev/shm/hotswap-*"))
     driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in driver.stdout.readline().split()]
@@ -278,10 +277,13 @@ def check_driver_death(address, model, worker):
         driver.wait()
     left = wait_gone(pids, 60)
     assert not left, f"a killed driver's worker or trainer is still running: {left}"
+    # The trainer's own segments, by the pid in their names: other suites running beside this
+    # one (ctest -j) make and remove segments of their own meanwhile.
+    trainer_segments = f"/dev/shm/hotswap-{pids[1]}-*"
     deadline = time.monotonic() + 30
-    while set(glob.glob("/dev/shm/hotswap-*")) - before and time.monotonic() < deadline:
+    while glob.glob(trainer_segments) and time.monotonic() < deadline:
         time.sleep(0.2)
-    segments = set(glob.glob("/dev/shm/hotswap-*")) - before
+    segments = glob.glob(trainer_segments)
     assert not segments, f"a killed driver's trainer left {segments}"
     print("a driver killed with SIGKILL left no worker, trainer or segment")
 
@@ -319,6 +321,7 @@ def main(worker, make_model):
                     "--intermediate-size", "96", "--heads", "4", "--kv-heads", "2", "--vocab",
                     "128", "--seed", "3", "--out", model], check=True, stdout=subprocess.DEVNULL)
     segments_before = set(glob.glob("/dev/shm/hotswap-*"))
+    segment_creators = []  # this test's processes that made segments (their pids name them)
     cluster = start_cluster()
     try:
         check_placement_failures(model, worker)
@@ -412,7 +415,9 @@ def main(worker, make_model):
                 trainers.run("connect", local.connection(), None, "cpp", "shm")
                 trainers.run("push", "shm-1", timeout=120)
                 assert glob.glob("/dev/shm/hotswap-*"), "the shm trainer made no segment"
-                os.kill(trainers.run("pid")[0], signal.SIGKILL)
+                shm_trainer = trainers.run("pid")[0]
+                segment_creators.append(shm_trainer)
+                os.kill(shm_trainer, signal.SIGKILL)
                 pids = [local.infos()[0]["pid"]]
             finally:
                 local.shutdown()
@@ -446,7 +451,11 @@ def main(worker, make_model):
             workers.shutdown()
         left = wait_gone(pids, 30) + workers_of(model)
         assert not left, f"hotswap processes left after shutdown: {left}"
-        segments = set(glob.glob("/dev/shm/hotswap-*")) - segments_before
+        # Only this test's: suites running beside it (ctest -j) make and remove segments of
+        # their own meanwhile, each named by its creator's pid.
+        segments = {s for s in set(glob.glob("/dev/shm/hotswap-*")) - segments_before
+                    if any(s.startswith(f"/dev/shm/hotswap-{pid}-")
+                           for pid in segment_creators + pids)}
         assert not segments, f"segments left after shutdown: {segments}"
         print("shutdown left no hotswap process or segment")
 
