@@ -56,7 +56,7 @@ at::Tensor KernelStepRunner::forward(const at::Tensor& tokens, std::vector<Forwa
   // A decode step has a graph when a size holds its sequences and every row's pages fit a
   // row of the graphs' metadata.
   const std::int64_t block_size = pool_->block_size();
-  const std::int64_t max_blocks = (max_model_len_ + block_size - 1) / block_size;
+  const std::int64_t max_blocks = max_blocks_per_row();
   const bool graphed =
       graphs_ != nullptr && !all_positions &&
       graphs_->sizes().bucket_for(static_cast<std::int64_t>(slices.size())).has_value() &&
@@ -88,11 +88,13 @@ at::Tensor KernelStepRunner::eager(const at::Tensor& ids, const std::vector<Forw
   return body(ids.to(device_), step, returned);
 }
 
+std::int64_t KernelStepRunner::max_blocks_per_row() const {
+  return pool_->blocks_for(max_model_len_);
+}
+
 void KernelStepRunner::allocate_buffers() {
   const std::int64_t max_rows = graphs_->sizes().sizes().back();
-  const std::int64_t block_size = pool_->block_size();
-  metadata_.emplace(max_rows, (max_model_len_ + block_size - 1) / block_size, block_size,
-                    scratch_.blocks().front());
+  metadata_.emplace(max_rows, max_blocks_per_row(), pool_->block_size(), scratch_.blocks().front());
   const auto total = static_cast<std::int64_t>(metadata_->sections().total);
   const auto ints = at::TensorOptions().dtype(at::kInt);
   host_image_ = at::empty({total}, device_.is_cuda() ? ints.pinned_memory(true) : ints);

@@ -76,6 +76,8 @@ class KernelStepRunner {
   at::Tensor decode_with_graph(const at::Tensor& ids, const std::vector<ForwardSlice>& slices,
                                std::span<const void* const> weights, const Body& body);
   void allocate_buffers();
+  // The pages a decode row of the graphs' metadata has room for: one sequence of max_model_len.
+  std::int64_t max_blocks_per_row() const;
 
   std::unique_ptr<kernels::StepKernels> kernels_;
   std::unique_ptr<kernels::DecodeGraphCache> graphs_;
